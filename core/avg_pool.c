@@ -51,15 +51,7 @@ static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_
     int stop = 0;
     #pragma omp parallel for schedule(static) if (nc * oh * ow * K > 32768)
     for (int64_t p = 0; p < nc; p++) {
-        int s;
-        #pragma omp atomic read
-        s = stop;
-        if (s || *oom) continue;
-        if (fl_interrupt_pending()) {
-            #pragma omp atomic write
-            stop = 1;
-            continue;
-        }
+        FL_WIN_POLL(stop)
         double *acc = malloc((size_t)(2 * ow) * sizeof(double));
         float *dv = malloc((size_t)ow * sizeof(float));
         if (!acc || !dv) {
@@ -148,7 +140,7 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
         int oom = 0;
         const int stop = ap_forward(fl_tensor_data(hx), fl_tensor_data(y), N * C, &cx, x->dtype, &oom);
         if (oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a row of %lld windows", (long long)ow);
-        else if (stop && (st = fl_check_interrupt()) == FL_OK) st = FL_ERR(FL_EINTR, "interrupted");
+        else st = fl_window_stopped(stop);
     }
     fl_tensor_release(hx);
     if (st == FL_OK) st = fl_host_result(out, y, x->dtype, x->device), y = NULL;
@@ -185,15 +177,7 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         int stop = 0, oom = 0;
         #pragma omp parallel for schedule(static) if (st == FL_OK && NC * L * g->kh * g->kw > 32768)
         for (int64_t p = 0; p < (st == FL_OK ? NC : 0); p++) {
-            int sp;
-            #pragma omp atomic read
-            sp = stop;
-            if (sp || oom) continue;
-            if (fl_interrupt_pending()) {
-                #pragma omp atomic write
-                stop = 1;
-                continue;
-            }
+            FL_WIN_POLL(stop)
             float *q = malloc((size_t)L * sizeof *q);
             if (!q) {
                 #pragma omp atomic write
@@ -223,7 +207,7 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         }
         free(dv);
         if (st == FL_OK && oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a plane's %lld gradients", (long long)L);
-        if (st == FL_OK && stop && (st = fl_check_interrupt()) == FL_OK) st = FL_ERR(FL_EINTR, "interrupted");
+        if (st == FL_OK) st = fl_window_stopped(stop);
     }
     fl_tensor_release(hg);
     if (st == FL_OK) st = fl_host_result(&gin[0], dx, FL_F32, x->device), dx = NULL;

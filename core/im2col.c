@@ -53,13 +53,16 @@ static fl_status window_counts(const char *fn, const fl_window *g, int64_t h, in
 
 /* ---- the kernels ---------------------------------------------------------------------------------------------- */
 
-/* unfold of nc contiguous planes [h, w] of elements of type T into [nc, K, oh·ow], the padding pad */
+/* unfold of nc contiguous planes [h, w] of elements of type T into [nc, K, oh·ow], the padding pad; FL_EINTR if
+ * interrupted */
 #define UNFOLD_KERNEL(NAME, T)                                                                                      \
-static void NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow, \
-                 T pad) {                                                                                           \
+static fl_status NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,        \
+                      int64_t ow, T pad) {                                                                          \
     const int64_t K = g->kh * g->kw, L = oh * ow;                                                                   \
+    int stop = 0;                                                                                                   \
     _Pragma("omp parallel for schedule(static) if (nc * K * L > 32768)")                                            \
     for (int64_t p = 0; p < nc; p++) {                                                                              \
+        FL_WIN_POLL(stop)                                                                                           \
         const T *src = x + p * h * w;                                                                               \
         T *dst = y + p * K * L;                                                                                     \
         for (int64_t i = 0; i < g->kh; i++)                                                                         \
@@ -85,16 +88,20 @@ static void NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_wi
                 }                                                                                                   \
             }                                                                                                       \
     }                                                                                                               \
+    return fl_window_stopped(stop);                                                                                 \
 }
 UNFOLD_KERNEL(unfold32, uint32_t)
 UNFOLD_KERNEL(unfold16, uint16_t)
 
-/* fold of fp32 columns [nc, K, oh·ow] into zeroed planes [nc, h, w]: per plane in the order k, then l */
-static void fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,
-                     int64_t ow) {
+/* fold of fp32 columns [nc, K, oh·ow] into zeroed planes [nc, h, w]: per plane in the order k, then l; FL_EINTR if
+ * interrupted */
+static fl_status fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,
+                          int64_t ow) {
     const int64_t K = g->kh * g->kw, L = oh * ow;
+    int stop = 0;
     #pragma omp parallel for schedule(static) if (nc * K * L > 32768)
     for (int64_t p = 0; p < nc; p++) {
+        FL_WIN_POLL(stop)
         const float *src = x + p * K * L;
         float *dst = y + p * h * w;
         for (int64_t i = 0; i < g->kh; i++)
@@ -115,6 +122,7 @@ static void fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w,
                 }
             }
     }
+    return fl_window_stopped(stop);
 }
 
 /* ---- the ops --------------------------------------------------------------------------------------------------- */
@@ -175,10 +183,10 @@ fl_status fl_unfold(fl_tensor **out, const fl_tensor *x, const fl_window *g) {
             const float v = (float)g->pad_value;
             uint32_t pad;
             memcpy(&pad, &v, sizeof pad);
-            unfold32(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
+            st = unfold32(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
         } else {
             const uint16_t pad = (uint16_t)fl_format(x->dtype)->from_float((float)g->pad_value, FL_IEEE);
-            unfold16(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
+            st = unfold16(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
         }
     }
     fl_tensor_release(h);
@@ -214,7 +222,7 @@ fl_status fl_fold(fl_tensor **out, const fl_tensor *cols, int64_t h, int64_t w, 
     if (st == FL_OK) st = cols->dtype == FL_F32 ? fl_tensor_contiguous(&f, d) : fl_tensor_to(&f, d, FL_F32);
     if (st == FL_OK) st = fl_tensor_zeros(&y, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && numel > 0 && fl_tensor_numel(f) > 0)
-        fold_f32(fl_tensor_data(f), fl_tensor_data(y), N * C, h, w, g, oh, ow);
+        st = fold_f32(fl_tensor_data(f), fl_tensor_data(y), N * C, h, w, g, oh, ow);
     fl_tensor_release(d);
     fl_tensor_release(f);
     d = NULL;
