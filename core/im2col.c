@@ -12,6 +12,7 @@
 #include "format.h"
 #include "profiler.h"
 #include "window.h"
+#include "im2col.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +124,16 @@ static fl_status fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64
             }
     }
     return fl_window_stopped(stop);
+}
+
+fl_status fl_im2col_planes(void *y, const void *x, int bytes, int64_t nc, int64_t h, int64_t w, const fl_window *g,
+                           int64_t oh, int64_t ow) {
+    return bytes == 4 ? unfold32(x, y, nc, h, w, g, oh, ow, 0) : unfold16(x, y, nc, h, w, g, oh, ow, 0);
+}
+
+fl_status fl_col2im_planes(float *y, const float *x, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,
+                           int64_t ow) {
+    return fold_f32(x, y, nc, h, w, g, oh, ow);
 }
 
 /* ---- the ops --------------------------------------------------------------------------------------------------- */

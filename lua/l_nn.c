@@ -333,6 +333,24 @@ static int l_avg_pool(lua_State *L) {
     return 1;
 }
 
+/* conv2d_cols(x[N, C, H, W], w[OC, C/groups, kh, kw], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}, groups, wide) →
+ * [N, OC, OH, OW]: conv2d as im2col + GEMM, the columns made a few samples at a time (fl_conv2d_cols; CPU tensors) */
+static int l_conv2d_cols(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    fl_window g;
+    check_window(L, 3, "conv2d_cols", &g);
+    int isint = 0;
+    lua_Integer groups = lua_tointegerx(L, 4, &isint);
+    if (!isint || lua_type(L, 4) != LUA_TNUMBER || groups < 1)
+        return luaL_error(L, "conv2d_cols: groups must be an integer >= 1, got %s", luaL_tolstring(L, 4, NULL));
+    if (lua_type(L, 5) != LUA_TBOOLEAN)
+        return luaL_error(L, "conv2d_cols: wide must be a boolean, got %s", luaL_typename(L, 5));
+    no_extra(L, 6, "conv2d_cols");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_conv2d_cols(slot, x, w, &g, (int64_t)groups, lua_toboolean(L, 5)));
+    return 1;
+}
+
 /* matmul_wide(a, b): a·b of two bf16 (or two fp16) tensors, the GEMM in their dtype and the result fp32
  * (fl_matmul_wide): what a bf16 convolution adds its bias to before rounding once */
 static int l_matmul_wide(lua_State *L) {
@@ -352,6 +370,7 @@ static const luaL_Reg funcs[] = {
     {"qkv_attention", l_sdpa_qkv},
     {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise},
     {"matmul_wide", l_matmul_wide}, {"max_pool", l_max_pool}, {"avg_pool", l_avg_pool},
+    {"conv2d_cols", l_conv2d_cols},
     {NULL, NULL},
 };
 

@@ -497,6 +497,66 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     end, { fp8.randn({ 2, 3, 9 }):to("bf16") }, 4)
   end)
 
+  it("conv2d in chunks of samples (core/conv_cols.c) gives the bits of the whole batch's columns and GEMM: fp32, "
+    .. "bf16 with and without a bias, groups, chunks that do not divide the batch, batches past 256 samples", function()
+    -- the composite conv.lua ran until 2026-12-06: the batch's columns (the native im2col), one GEMM over the batch
+    -- (bf16 with a bias: the GEMM's fp32 result plus the bias, rounded once), the bias added
+    local function batch_conv2d(x, w, b, s, d, pads, g)
+      local N, C, OC, k = x:size(1), x:size(2), w:size(1), { w:size(3), w:size(4) }
+      local cols = NN.im2col(x, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+      local K, L = k[1] * k[2], cols:size(4)
+      local oh = (x:size(3) + pads[1] + pads[2] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+      local wide = b ~= nil and x:dtype() == "bf16"
+      local function mm(a, c) if wide then return NN.matmul_wide(a, c) end return a:matmul(c) end
+      local out
+      if g == 1 then out = mm(w:reshape({ OC, C * K }), cols:reshape({ N, C * K, L }))
+      else out = mm(w:reshape({ g, OC // g, C // g * K }), cols:reshape({ N, g, C // g * K, L })) end
+      out = out:reshape({ N, OC, oh, L // oh })
+      if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to("bf16") end
+      if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+      return out
+    end
+    local cases = {
+      -- N, C, OC, H, W, k, stride, padding, groups, dtype, bias: 16·9·1024 column values a sample, 3 samples a chunk
+      { 5, 16, 8, 32, 32, 3, 1, 1, 1, "fp32", true },
+      { 5, 16, 8, 32, 32, 3, 1, 1, 1, "bf16", false },
+      { 4, 16, 8, 32, 32, 3, 1, 1, 1, "bf16", true },
+      { 3, 32, 16, 32, 32, 3, 1, 1, 4, "fp32", false },   -- one sample a chunk, 4 groups
+      { 4, 16, 6, 33, 31, 2, 2, 0, 2, "fp32", true },
+      { 300, 3, 4, 5, 5, 3, 1, 1, 1, "fp32", true },      -- the weight's gradient summed in runs of 256 samples
+      { 2, 16, 8, 40, 40, 5, 1, 2, 1, "fp16", false },
+    }
+    for i, c in ipairs(cases) do
+      local N, C, OC, H, W, k, st, p, g, dt, bias = table.unpack(c)
+      fp8.manual_seed(100 + i)
+      local x = fp8.randn({ N, C, H, W }):to(dt)
+      local w = (fp8.randn({ OC, C // g, k, k }) * 0.1):to(dt)
+      local b = bias and fp8.randn({ OC }):to(dt) or nil
+      local ins = b and { x, w, b } or { x, w }
+      local what = ("chunked conv case %d (%s, N %d, C %d, groups %d)"):format(i, dt, N, C, g)
+      same_with_grads(what, function(xx, ww, bb) return F.conv2d(xx, ww, bb, { stride = st, padding = p, groups = g }) end,
+        function(xx, ww, bb) return batch_conv2d(xx, ww, bb, { st, st }, { 1, 1 }, { p, p, p, p }, g) end, ins, i)
+    end
+    -- the core op's refusals
+    local geo = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }
+    U.fails_with("conv2d_cols: expected an input and a weight of one dtype, fp32, bf16 or fp16, got fp32 and bf16",
+      NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), geo, 1, false)
+    U.fails_with("conv2d_cols: wide (an fp32 result of 16-bit operands) needs bf16 or fp16 operands", NN.conv2d_cols,
+      fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, geo, 1, true)
+    U.fails_with("conv2d_cols: expected an input [N, C, H, W] and a weight [OC, C/groups, 3, 3] with C and OC divisible "
+      .. "by groups = 2, got [1, 3, 4, 4] and [2, 1, 3, 3]", NN.conv2d_cols, fp8.zeros { 1, 3, 4, 4 },
+      fp8.zeros { 2, 1, 3, 3 }, geo, 2, false)
+    U.fails_with("conv2d_cols: groups must be an integer >= 1, got 0", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, geo, 0, false)
+    U.fails_with("conv2d_cols: wide must be a boolean, got no value", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, geo, 1)
+    U.fails_with("conv2d_cols: the 1×1 plane padded to 1×1 is smaller than the kernel's span 3×3", NN.conv2d_cols,
+      fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 2, 3, 3 }, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false)
+    U.fails_with("conv2d_cols: 4294967293×4294967293 windows are too many", NN.conv2d_cols, fp8.zeros { 1, 1, 1, 1 },
+      fp8.zeros { 1, 1, 1, 1 },
+      { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, 1, false)
+  end)
+
   it("avg pools computed directly (core/avg_pool.c) give the old composition's bits on random geometries, fp32, "
     .. "bf16 and fp16, values and gradients (windows of more than 256 offsets too), in the input's dtype", function()
     -- the old composition, as conv.lua had it until 2026-12-06: the windows summed over the kernel offsets and

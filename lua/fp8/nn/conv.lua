@@ -134,9 +134,24 @@ local function conv2d(fname, x, w, b, opts)
       return out
     end
     -- ("same" with an even kernel pads unevenly: the extra row and column on the bottom and right)
+    local out
+    -- CPU tensors of one dtype outside autocast: im2col and the GEMM a few samples at a time (core/conv_cols.c:
+    -- the bits of the batch's columns and GEMM below, whose buffer went to memory). (A 1×1 conv of one channel to
+    -- one keeps the composite: its weight's gradient sums over the batch in SIMD lanes.)
+    local dt = xb:dtype()
+    if xb:device() == "cpu" and w:device() == "cpu" and dt == w:dtype() and (dt == "fp32" or dt == "bf16"
+        or dt == "fp16") and fp8.autocast_dtype() == "fp32" and OC * C * k[1] * k[2] > 1 then
+      local oh, ow = G.counts(xb:size(3), xb:size(4), k, s, d, pd)
+      if oh >= 1 and ow >= 1 then
+        out = NN.conv2d_cols(xb, w, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
+          wide == true)
+        if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to(xb:dtype()) end
+        if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+        return out
+      end
+    end
     local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0, { pd[2] - pd[1], pd[4] - pd[3] })
     local K, L = k[1] * k[2], cols:size(4)
-    local out
     local function mm(a, c) if wide then return NN.matmul_wide(a, c) end return a:matmul(c) end
     if g == 1 then
       out = mm(w:reshape({ OC, C * K }), cols:reshape({ N, C * K, L }))                       -- [N, OC, L]
