@@ -7,7 +7,9 @@
  * Wᵀ·dY folded into the input's (fold's order), the weight's dY·colsᵀ per sample summed over the batch in double in
  * sample order, in runs of 256 samples (the reduction's order for sum_to_shape: cpu_reduce.c), rounded once; the
  * columns made again from the input rather than kept. The backward's GEMMs are fp32 (16-bit operands widened, exact),
- * as the composite's were. CPU tensors only (the caller keeps the composite for others). */
+ * as the composite's were, or with bwd16 in the operands' 16-bit dtype with the output gradient rounded to it: what
+ * torch does (its gradient of a bf16 output is bf16) and what autocast's matmul did in the composite. CPU tensors
+ * only (the caller keeps the composite for others). */
 #include "nn.h"
 #include "ops.h"
 #include "ops_raw.h"
@@ -23,7 +25,7 @@
 #define CC_CHUNK (INT64_C(1) << 19)   /* column elements per chunk */
 #define CC_SUM_RUN 256                /* cpu_internal.h's FL_CPU_SUM_ROWS: the reduction's runs of rows */
 
-typedef struct { fl_window g; int64_t groups, oh, ow; bool wide; } cc_ctx;
+typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16; } cc_ctx;
 
 /* the samples per chunk for columns of ckl elements per sample */
 static int64_t chunk_of(int64_t N, int64_t ckl) {
@@ -103,7 +105,7 @@ static fl_status check(const fl_tensor *x, const fl_tensor *w, const fl_window *
 static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin);
 
 fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_window *g, int64_t groups,
-                         bool wide) {
+                         bool wide, bool bwd16) {
     *out = NULL;
     FL_PROF_SCOPE("conv2d_cols"); FL_PROF_SHAPES(x, w);
     int64_t oh = 0, ow = 0, numel;
@@ -149,7 +151,7 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     if (!fl_any_requires_grad(2, ins)) return FL_OK;
     cc_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "conv2d_cols: out of memory"); }
-    *c = (cc_ctx){ *g, groups, oh, ow, wide };
+    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32 };
     fl_node *nd = NULL;
     st = fl_autograd_record(out, &nd, "ConvolutionBackward", cc_bwd, 2, ins);
     if (st != FL_OK) { free(c); return st; }
@@ -168,6 +170,9 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const int64_t wn = OC * (C / gr) * K;   /* the weight's elements */
     const bool need_x = fl_node_input_needs_grad(n, 0), need_w = fl_node_input_needs_grad(n, 1);
     const fl_dtype dt = x->dtype;
+    /* the GEMMs' operands: fp32 (16-bit ones widened, exact), or with bwd16 the 16-bit dtype, the output gradient
+     * rounded to it (matmul_raw converts it), the products summed in fp32 */
+    const fl_dtype gdt = c->bwd16 ? dt : FL_F32, cdt = c->bwd16 ? dt : FL_DTYPE_COUNT;
     const int es = fl_format(dt)->bits / 8;
     const int64_t nb = chunk_of(N, CKL);
     fl_tensor *hg = NULL, *xc = NULL, *aw = NULL, *at = NULL, *cols = NULL, *dx = NULL, *dw = NULL;
@@ -180,7 +185,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         hg = f;
     }
     if (st == FL_OK && need_x) st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
-    if (st == FL_OK && need_x) st = weight_operand(&aw, w, gr, FL_F32);
+    if (st == FL_OK && need_x) st = weight_operand(&aw, w, gr, gdt);
     if (st == FL_OK && need_x) st = fl_tensor_transpose(&at, aw, -1, -2);
     if (st == FL_OK && need_w) {
         st = fl_tensor_contiguous(&xc, x);
@@ -202,7 +207,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         if (st == FL_OK) st = as_operand(&gop, gpart, m, gr, OC, L);
         if (st == FL_OK && need_x) {
             /* the columns' gradient Wᵀ·dY, folded into the input's */
-            st = fl_matmul_raw(&t, at, gop, FL_DTYPE_COUNT, FL_F32);
+            st = fl_matmul_raw(&t, at, gop, cdt, FL_F32);
             if (st == FL_OK)
                 st = fl_col2im_planes((float *)fl_tensor_data(dx) + n0 * C * H * W, fl_tensor_data(t), m * C, H, W,
                                       g, c->oh, c->ow);
@@ -210,15 +215,15 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
             t = NULL;
         }
         if (st == FL_OK && need_w) {
-            /* dY·colsᵀ per sample, the columns made again (fp32: widened where 16-bit) */
+            /* dY·colsᵀ per sample, the columns made again (in gdt: widened where 16-bit and not bwd16) */
             fl_tensor *part = NULL, *pf = NULL, *b = NULL, *bt = NULL;
             st = fl_im2col_planes(fl_tensor_data(cols), (const char *)fl_tensor_data(xc) + n0 * C * H * W * es, es,
                                   m * C, H, W, g, c->oh, c->ow);
             if (st == FL_OK) st = fl_tensor_narrow(&part, cols, 0, 0, m);
-            if (st == FL_OK) st = dt == FL_F32 ? (pf = fl_tensor_retain(part), FL_OK) : fl_tensor_to(&pf, part, FL_F32);
+            if (st == FL_OK) st = dt == gdt ? (pf = fl_tensor_retain(part), FL_OK) : fl_tensor_to(&pf, part, FL_F32);
             if (st == FL_OK) st = as_operand(&b, pf, m, gr, C * K, L);
             if (st == FL_OK) st = fl_tensor_transpose(&bt, b, -1, -2);
-            if (st == FL_OK) st = fl_matmul_raw(&t, gop, bt, FL_DTYPE_COUNT, FL_F32);
+            if (st == FL_OK) st = fl_matmul_raw(&t, gop, bt, cdt, FL_F32);
             if (st == FL_OK) {
                 const float *tv = fl_tensor_data(t);   /* [m, the weight's elements] */
                 for (int64_t s = 0; s < m; s++) {

@@ -500,8 +500,26 @@ describe("the convolutions, poolings and transposed convolutions on the native w
   it("conv2d in chunks of samples (core/conv_cols.c) gives the bits of the whole batch's columns and GEMM: fp32, "
     .. "bf16 with and without a bias, groups, chunks that do not divide the batch, batches past 256 samples", function()
     -- the composite conv.lua ran until 2026-12-06: the batch's columns (the native im2col), one GEMM over the batch
-    -- (bf16 with a bias: the GEMM's fp32 result plus the bias, rounded once), the bias added
+    -- (bf16 with a bias: the GEMM's fp32 result plus the bias, rounded once), the bias added. A bf16 conv's backward
+    -- now runs bf16 GEMMs of the output gradient rounded to bf16 (torch's): the reference for bf16 is the composite
+    -- under autocast of the operands widened (exactly), whose matmul rounds them back and did just that.
     local function batch_conv2d(x, w, b, s, d, pads, g)
+      if x:dtype() == "bf16" then
+        local y = fp8.amp.autocast("bf16", function()
+          local xf, wf = x:to("fp32"), w:to("fp32")
+          local N, C, OC, k = xf:size(1), xf:size(2), wf:size(1), { wf:size(3), wf:size(4) }
+          local cols = NN.im2col(xf, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+          local K, L = k[1] * k[2], cols:size(4)
+          local oh = (xf:size(3) + pads[1] + pads[2] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+          local out
+          if g == 1 then out = wf:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))
+          else out = wf:reshape({ g, OC // g, C // g * K }):matmul(cols:reshape({ N, g, C // g * K, L })) end
+          assert(out:dtype() == "fp32")
+          return out:reshape({ N, OC, oh, L // oh })
+        end)
+        if b ~= nil then y = y + b:to("fp32"):reshape({ 1, y:size(2), 1, 1 }) end
+        return y:to("bf16")
+      end
       local N, C, OC, k = x:size(1), x:size(2), w:size(1), { w:size(3), w:size(4) }
       local cols = NN.im2col(x, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
       local K, L = k[1] * k[2], cols:size(4)
@@ -537,24 +555,60 @@ describe("the convolutions, poolings and transposed convolutions on the native w
       same_with_grads(what, function(xx, ww, bb) return F.conv2d(xx, ww, bb, { stride = st, padding = p, groups = g }) end,
         function(xx, ww, bb) return batch_conv2d(xx, ww, bb, { st, st }, { 1, 1 }, { p, p, p, p }, g) end, ins, i)
     end
+    -- a gradient that bf16 does not hold reaches a bf16 conv rounded to bf16 (torch's), and the gradients stay
+    -- within that rounding of the fp32 backward's (the products of the exact gradient, what it was until 2026-12-06)
+    fp8.manual_seed(31)
+    local xb, wb = fp8.randn({ 3, 8, 12, 12 }):to("bf16"), (fp8.randn({ 8, 8, 3, 3 }) * 0.1):to("bf16")
+    local function scaled(f) return function(xx, ww) return f(xx, ww):to("fp32") * 1.1 end end
+    same_with_grads("bf16 conv, a gradient bf16 does not hold",
+      scaled(function(xx, ww) return F.conv2d(xx, ww, nil, { padding = 1 }) end),
+      scaled(function(xx, ww) return batch_conv2d(xx, ww, nil, { 1, 1 }, { 1, 1 }, { 1, 1, 1, 1 }, 1) end),
+      { xb, wb }, 32)
+    local _, g1 = with_grads(scaled(function(xx, ww) return F.conv2d(xx, ww, nil, { padding = 1 }) end), { xb, wb }, 32)
+    local _, g2 = with_grads(scaled(function(xx, ww)
+      return require("fp8.tensor")._low_in_fp32(function(x2, w2) return F.conv2d(x2, w2, nil, { padding = 1 }) end,
+        xx, ww)
+    end), { xb, wb }, 32)
+    for i = 1, 2 do
+      local a, c = U.flat(g1[i]), U.flat(g2[i])
+      local scale = 0
+      for j = 1, #c do scale = math.max(scale, math.abs(c[j])) end
+      local worst = 0
+      for j = 1, #a do worst = math.max(worst, math.abs(a[j] - c[j])) end
+      assert.is_true(worst > 0, "the gradient was rounded")
+      assert.is_true(worst <= scale * 2 ^ -7, ("gradient %d: %g off, of %g"):format(i, worst, scale))
+    end
+    -- under autocast (fp32 operands): the operands rounded, a bf16 GEMM with an fp32 result, the bias added in
+    -- fp32, the backward in bf16: the composite's bits, chunked (3 samples a chunk here)
+    fp8.manual_seed(33)
+    local xf, wf, bf = fp8.randn { 5, 16, 32, 32 }, fp8.randn { 8, 16, 3, 3 } * 0.1, fp8.randn { 8 }
+    local function under_ac(f) return function(...) local a = table.pack(...)
+      return fp8.amp.autocast("bf16", function() return f(table.unpack(a, 1, a.n)) end) end end
+    same_with_grads("autocast bf16",
+      under_ac(function(xx, ww, bb) return F.conv2d(xx, ww, bb, { padding = 1 }) end),
+      under_ac(function(xx, ww, bb) return batch_conv2d(xx, ww, bb, { 1, 1 }, { 1, 1 }, { 1, 1, 1, 1 }, 1) end),
+      { xf, wf, bf }, 34)
+    assert.are.equal("fp32", under_ac(function() return F.conv2d(xf, wf, bf, { padding = 1 }) end)():dtype())
     -- the core op's refusals
     local geo = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }
     U.fails_with("conv2d_cols: expected an input and a weight of one dtype, fp32, bf16 or fp16, got fp32 and bf16",
-      NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), geo, 1, false)
+      NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), geo, 1, false, false)
     U.fails_with("conv2d_cols: wide (an fp32 result of 16-bit operands) needs bf16 or fp16 operands", NN.conv2d_cols,
-      fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, geo, 1, true)
+      fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, geo, 1, true, false)
     U.fails_with("conv2d_cols: expected an input [N, C, H, W] and a weight [OC, C/groups, 3, 3] with C and OC divisible "
       .. "by groups = 2, got [1, 3, 4, 4] and [2, 1, 3, 3]", NN.conv2d_cols, fp8.zeros { 1, 3, 4, 4 },
-      fp8.zeros { 2, 1, 3, 3 }, geo, 2, false)
+      fp8.zeros { 2, 1, 3, 3 }, geo, 2, false, false)
     U.fails_with("conv2d_cols: groups must be an integer >= 1, got 0", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
-      fp8.zeros { 2, 2, 3, 3 }, geo, 0, false)
+      fp8.zeros { 2, 2, 3, 3 }, geo, 0, false, false)
     U.fails_with("conv2d_cols: wide must be a boolean, got no value", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
       fp8.zeros { 2, 2, 3, 3 }, geo, 1)
+    U.fails_with("conv2d_cols: bwd16 must be a boolean, got number", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, geo, 1, false, 1)
     U.fails_with("conv2d_cols: the 1×1 plane padded to 1×1 is smaller than the kernel's span 3×3", NN.conv2d_cols,
-      fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 2, 3, 3 }, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false)
+      fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 2, 3, 3 }, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false, false)
     U.fails_with("conv2d_cols: 4294967293×4294967293 windows are too many", NN.conv2d_cols, fp8.zeros { 1, 1, 1, 1 },
       fp8.zeros { 1, 1, 1, 1 },
-      { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, 1, false)
+      { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, 1, false, false)
   end)
 
   it("avg pools computed directly (core/avg_pool.c) give the old composition's bits on random geometries, fp32, "

@@ -138,13 +138,23 @@ local function conv2d(fname, x, w, b, opts)
     -- CPU tensors of one dtype outside autocast: im2col and the GEMM a few samples at a time (core/conv_cols.c:
     -- the bits of the batch's columns and GEMM below, whose buffer went to memory). (A 1×1 conv of one channel to
     -- one keeps the composite: its weight's gradient sums over the batch in SIMD lanes.)
-    local dt = xb:dtype()
-    if xb:device() == "cpu" and w:device() == "cpu" and dt == w:dtype() and (dt == "fp32" or dt == "bf16"
-        or dt == "fp16") and fp8.autocast_dtype() == "fp32" and OC * C * k[1] * k[2] > 1 then
+    -- A bf16 conv's backward runs its GEMMs in bf16, the output gradient rounded to bf16 (torch's: its gradient of
+    -- a bf16 output is bf16; until 2026-12-06 they were fp32 GEMMs of the fp32 gradient); fp16's stay fp32 (its
+    -- range would flush small gradients). Under autocast (fp32 operands, as its matmul did): the operands rounded
+    -- first, then a 16-bit GEMM with an fp32 result, the backward in the 16-bit dtype, the same bits as before.
+    local dt, ac = xb:dtype(), fp8.autocast_dtype()
+    local x2, w2, wide2, bwd16 = xb, w, wide == true, dt == "bf16"
+    if ac ~= "fp32" and dt == "fp32" and w:dtype() == "fp32" and (b == nil or b:dtype() == "fp32") then
+      x2, w2, wide2, bwd16 = xb:to(ac), w:to(ac), true, true
+    elseif ac ~= "fp32" then
+      x2 = nil
+    end
+    if x2 and x2:device() == "cpu" and w2:device() == "cpu" and x2:dtype() == w2:dtype()
+        and (dt == "fp32" or dt == "bf16" or dt == "fp16") and OC * C * k[1] * k[2] > 1 then
       local oh, ow = G.counts(xb:size(3), xb:size(4), k, s, d, pd)
       if oh >= 1 and ow >= 1 then
-        out = NN.conv2d_cols(xb, w, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
-          wide == true)
+        out = NN.conv2d_cols(x2, w2, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
+          wide2, bwd16)
         if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to(xb:dtype()) end
         if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
         return out
