@@ -104,21 +104,26 @@ static fl_status check(const fl_tensor *x, const fl_tensor *w, const fl_window *
 
 static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin);
 
-fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_window *g, int64_t groups,
-                         bool wide, bool bwd16) {
+fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                         const fl_window *g, int64_t groups, bool wide, bool bwd16) {
     *out = NULL;
     FL_PROF_SCOPE("conv2d_cols"); FL_PROF_SHAPES(x, w);
     int64_t oh = 0, ow = 0, numel;
     FL_TRY(check(x, w, g, groups, wide, &oh, &ow));
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], OC = w->shape[0];
+    if (b && (b->dtype != FL_F32 || b->device != FL_DEV_CPU || b->ndim != 1 || b->shape[0] != OC ||
+              (x->dtype != FL_F32 && !wide)))
+        return FL_ERR(FL_EINVAL, "conv2d_cols: the bias must be an fp32 CPU tensor [%lld] added to an fp32 result (an "
+                      "fp32 conv, or wide)", (long long)OC);
     const int64_t K = g->kh * g->kw, L = oh * ow, CKL = C * K * L;
     const int64_t shape[4] = { N, OC, oh, ow };
     FL_TRY(fl_shape_numel("conv2d_cols", 4, shape, &numel));
     const fl_dtype dt = x->dtype, odt = wide ? FL_F32 : dt;
     const int es = fl_format(dt)->bits / 8, eo = fl_format(odt)->bits / 8;
     const int64_t nb = chunk_of(N, CKL);
-    fl_tensor *xc = NULL, *a = NULL, *cols = NULL, *y = NULL;
+    fl_tensor *xc = NULL, *a = NULL, *cols = NULL, *y = NULL, *bc = NULL;
     fl_status st = fl_tensor_contiguous(&xc, x);
+    if (st == FL_OK && b) st = fl_tensor_contiguous(&bc, b);
     if (st == FL_OK) st = weight_operand(&a, w, groups, dt);
     if (st == FL_OK) st = CKL > 0 ? fl_tensor_empty(&y, odt, 4, shape, FL_DEV_CPU)
                                   : fl_tensor_zeros(&y, odt, 4, shape, FL_DEV_CPU);   /* (no input channels: 0) */
@@ -136,8 +141,16 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         if (st == FL_OK) st = fl_tensor_narrow(&part, cols, 0, 0, m);
         if (st == FL_OK) st = as_operand(&b, part, m, groups, C * K, L);
         if (st == FL_OK) st = fl_matmul_raw(&r, a, b, dt, odt);
-        if (st == FL_OK)
+        if (st == FL_OK && !bc) {
             memcpy((char *)fl_tensor_data(y) + n0 * OC * L * eo, fl_tensor_data(r), (size_t)(m * OC * L * eo));
+        } else if (st == FL_OK) {   /* the bias added as the elementwise add did it: one fp32 addition */
+            const float *rv = fl_tensor_data(r), *bv = fl_tensor_data(bc);
+            float *yv = (float *)fl_tensor_data(y) + n0 * OC * L;
+            for (int64_t q = 0; q < m * OC; q++) {
+                const float bq = bv[q % OC];
+                for (int64_t l = 0; l < L; l++) yv[q * L + l] = rv[q * L + l] + bq;
+            }
+        }
         fl_tensor_release(part);
         fl_tensor_release(b);
         fl_tensor_release(r);
@@ -145,19 +158,20 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     fl_tensor_release(xc);
     fl_tensor_release(a);
     fl_tensor_release(cols);
+    fl_tensor_release(bc);
     if (st != FL_OK) { fl_tensor_release(y); return st; }
     *out = y;
-    const fl_tensor *ins[2] = { x, w };
-    if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    const fl_tensor *ins[3] = { x, w, b };
+    if (!fl_any_requires_grad(b ? 3 : 2, ins)) return FL_OK;
     cc_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "conv2d_cols: out of memory"); }
     *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32 };
     fl_node *nd = NULL;
-    st = fl_autograd_record(out, &nd, "ConvolutionBackward", cc_bwd, 2, ins);
+    st = fl_autograd_record(out, &nd, "ConvolutionBackward", cc_bwd, b ? 3 : 2, ins);
     if (st != FL_OK) { free(c); return st; }
     nd->ctx = c;
     nd->ctx_free = free;
-    nd->inputs_read = 3u;   /* the input for the weight's gradient, the weight for the input's */
+    nd->inputs_read = 3u;   /* the input for the weight's gradient, the weight for the input's (the bias: its shape) */
     return FL_OK;
 }
 
@@ -169,13 +183,14 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const int64_t gr = c->groups, K = g->kh * g->kw, L = c->oh * c->ow, CKL = C * K * L;
     const int64_t wn = OC * (C / gr) * K;   /* the weight's elements */
     const bool need_x = fl_node_input_needs_grad(n, 0), need_w = fl_node_input_needs_grad(n, 1);
+    const bool need_b = n->ninputs > 2 && fl_node_input_needs_grad(n, 2);
     const fl_dtype dt = x->dtype;
     /* the GEMMs' operands: fp32 (16-bit ones widened, exact), or with bwd16 the 16-bit dtype, the output gradient
      * rounded to it (matmul_raw converts it), the products summed in fp32 */
     const fl_dtype gdt = c->bwd16 ? dt : FL_F32, cdt = c->bwd16 ? dt : FL_DTYPE_COUNT;
     const int es = fl_format(dt)->bits / 8;
     const int64_t nb = chunk_of(N, CKL);
-    fl_tensor *hg = NULL, *xc = NULL, *aw = NULL, *at = NULL, *cols = NULL, *dx = NULL, *dw = NULL;
+    fl_tensor *hg = NULL, *xc = NULL, *aw = NULL, *at = NULL, *cols = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     double *acc = NULL, *run = NULL;
     fl_status st = fl_tensor_contiguous(&hg, gy);
     if (st == FL_OK && hg->dtype != FL_F32) {   /* (gradients come fp32; in case one does not) */
@@ -183,6 +198,14 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         st = fl_tensor_to(&f, hg, FL_F32);
         fl_tensor_release(hg);
         hg = f;
+    }
+    if (st == FL_OK && need_b) {
+        /* the bias's gradient as the add's was taken: gy summed to [1, OC, 1, 1] (dim by dim), then [OC] */
+        const int64_t bs[4] = { 1, OC, 1, 1 }, b1[1] = { OC };
+        fl_tensor *s4 = NULL;
+        st = fl_sum_to_shape(&s4, hg, 4, bs);
+        if (st == FL_OK) st = fl_tensor_reshape(&db, s4, 1, b1);
+        fl_tensor_release(s4);
     }
     if (st == FL_OK && need_x) st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     if (st == FL_OK && need_x) st = weight_operand(&aw, w, gr, gdt);
@@ -253,8 +276,10 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     free(run);
     fl_tensor_release(hg); fl_tensor_release(xc); fl_tensor_release(aw); fl_tensor_release(at);
     fl_tensor_release(cols);
-    if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); return st; }
+    if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
     gin[0] = dx;
     gin[1] = dw;
+    if (n->ninputs > 2) gin[2] = db;
+    else fl_tensor_release(db);
     return FL_OK;
 }

@@ -333,24 +333,25 @@ static int l_avg_pool(lua_State *L) {
     return 1;
 }
 
-/* conv2d_cols(x[N, C, H, W], w[OC, C/groups, kh, kw], {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr}, groups, wide, bwd16)
- * → [N, OC, OH, OW]: conv2d as im2col + GEMM, the columns made a few samples at a time (fl_conv2d_cols; CPU
- * tensors) */
+/* conv2d_cols(x[N, C, H, W], w[OC, C/groups, kh, kw], bias[OC] or nil, {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr},
+ * groups, wide, bwd16) → [N, OC, OH, OW]: conv2d as im2col + GEMM, the columns made a few samples at a time
+ * (fl_conv2d_cols; CPU tensors) */
 static int l_conv2d_cols(lua_State *L) {
     fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    fl_tensor *b = lua_isnil(L, 3) ? NULL : fl_lchecktensor(L, 3);
     fl_window g;
-    check_window(L, 3, "conv2d_cols", &g);
+    check_window(L, 4, "conv2d_cols", &g);
     int isint = 0;
-    lua_Integer groups = lua_tointegerx(L, 4, &isint);
-    if (!isint || lua_type(L, 4) != LUA_TNUMBER || groups < 1)
-        return luaL_error(L, "conv2d_cols: groups must be an integer >= 1, got %s", luaL_tolstring(L, 4, NULL));
-    for (int i = 5; i <= 6; i++)
+    lua_Integer groups = lua_tointegerx(L, 5, &isint);
+    if (!isint || lua_type(L, 5) != LUA_TNUMBER || groups < 1)
+        return luaL_error(L, "conv2d_cols: groups must be an integer >= 1, got %s", luaL_tolstring(L, 5, NULL));
+    for (int i = 6; i <= 7; i++)
         if (lua_type(L, i) != LUA_TBOOLEAN)
-            return luaL_error(L, "conv2d_cols: %s must be a boolean, got %s", i == 5 ? "wide" : "bwd16",
+            return luaL_error(L, "conv2d_cols: %s must be a boolean, got %s", i == 6 ? "wide" : "bwd16",
                               luaL_typename(L, i));
-    no_extra(L, 7, "conv2d_cols");
+    no_extra(L, 8, "conv2d_cols");
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_conv2d_cols(slot, x, w, &g, (int64_t)groups, lua_toboolean(L, 5), lua_toboolean(L, 6)));
+    FL_LCALL(L, fl_conv2d_cols(slot, x, w, b, &g, (int64_t)groups, lua_toboolean(L, 6), lua_toboolean(L, 7)));
     return 1;
 }
 

@@ -309,7 +309,8 @@ describe("the convolutions, poolings and transposed convolutions on the native w
   end)
 
   it("bf16 convolutions: without a bias the old composition's bits; with one, the bf16 GEMM's fp32 sum plus the "
-    .. "bias rounded once (the fp32 GEMM's but for its summation order; the gradients those of the fp32 compute)",
+    .. "bias rounded once (the fp32 GEMM's but for its summation order; the gradients those of the fp32 compute but "
+    .. "for the order, the output gradient being a bf16 value here)",
      function()
     fp8.manual_seed(11)
     local x, w, b = fp8.randn({ 2, 4, 7, 6 }):to("bf16"), fp8.randn({ 6, 2, 3, 3 }):to("bf16"), fp8.randn({ 6 })
@@ -592,23 +593,29 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     -- the core op's refusals
     local geo = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }
     U.fails_with("conv2d_cols: expected an input and a weight of one dtype, fp32, bf16 or fp16, got fp32 and bf16",
-      NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), geo, 1, false, false)
+      NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), nil, geo, 1, false, false)
     U.fails_with("conv2d_cols: wide (an fp32 result of 16-bit operands) needs bf16 or fp16 operands", NN.conv2d_cols,
-      fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, geo, 1, true, false)
+      fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, nil, geo, 1, true, false)
     U.fails_with("conv2d_cols: expected an input [N, C, H, W] and a weight [OC, C/groups, 3, 3] with C and OC divisible "
       .. "by groups = 2, got [1, 3, 4, 4] and [2, 1, 3, 3]", NN.conv2d_cols, fp8.zeros { 1, 3, 4, 4 },
-      fp8.zeros { 2, 1, 3, 3 }, geo, 2, false, false)
+      fp8.zeros { 2, 1, 3, 3 }, nil, geo, 2, false, false)
     U.fails_with("conv2d_cols: groups must be an integer >= 1, got 0", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
-      fp8.zeros { 2, 2, 3, 3 }, geo, 0, false, false)
+      fp8.zeros { 2, 2, 3, 3 }, nil, geo, 0, false, false)
     U.fails_with("conv2d_cols: wide must be a boolean, got no value", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
-      fp8.zeros { 2, 2, 3, 3 }, geo, 1)
+      fp8.zeros { 2, 2, 3, 3 }, nil, geo, 1)
     U.fails_with("conv2d_cols: bwd16 must be a boolean, got number", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
-      fp8.zeros { 2, 2, 3, 3 }, geo, 1, false, 1)
+      fp8.zeros { 2, 2, 3, 3 }, nil, geo, 1, false, 1)
     U.fails_with("conv2d_cols: the 1×1 plane padded to 1×1 is smaller than the kernel's span 3×3", NN.conv2d_cols,
-      fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 2, 3, 3 }, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false, false)
+      fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 2, 3, 3 }, nil, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false, false)
     U.fails_with("conv2d_cols: 4294967293×4294967293 windows are too many", NN.conv2d_cols, fp8.zeros { 1, 1, 1, 1 },
-      fp8.zeros { 1, 1, 1, 1 },
+      fp8.zeros { 1, 1, 1, 1 }, nil,
       { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, 1, false, false)
+    U.fails_with("conv2d_cols: the bias must be an fp32 CPU tensor [2] added to an fp32 result", NN.conv2d_cols,
+      fp8.zeros({ 1, 2, 4, 4 }):to("bf16"), fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), fp8.zeros { 2 }, geo, 1, false, false)
+    U.fails_with("conv2d_cols: the bias must be an fp32 CPU tensor [2]", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, fp8.zeros { 3 }, geo, 1, false, false)
+    U.fails_with("bad argument #3", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, 5, geo, 1, false,
+      false)
   end)
 
   it("avg pools computed directly (core/avg_pool.c) give the old composition's bits on random geometries, fp32, "

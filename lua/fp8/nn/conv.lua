@@ -153,10 +153,12 @@ local function conv2d(fname, x, w, b, opts)
         and (dt == "fp32" or dt == "bf16" or dt == "fp16") and OC * C * k[1] * k[2] > 1 then
       local oh, ow = G.counts(xb:size(3), xb:size(4), k, s, d, pd)
       if oh >= 1 and ow >= 1 then
-        out = NN.conv2d_cols(x2, w2, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
+        -- (the bias added there when the result is fp32, as the add below: an fp32 bias, or a 16-bit one widened)
+        local fb = b ~= nil and (wide or (dt == "fp32" and b:dtype() == "fp32")) and b:to("fp32") or nil
+        out = NN.conv2d_cols(x2, w2, fb, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
           wide2, bwd16)
-        if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to(xb:dtype()) end
-        if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+        if wide then return out:to(xb:dtype()) end
+        if b ~= nil and not fb then out = out + b:reshape({ 1, OC, 1, 1 }) end
         return out
       end
     end
