@@ -228,6 +228,12 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         st = fl_check_interrupt();
         if (st == FL_OK) st = fl_tensor_narrow(&gpart, hg, 0, n0, m);
         if (st == FL_OK) st = as_operand(&gop, gpart, m, gr, OC, L);
+        if (st == FL_OK && c->bwd16) {   /* rounded once for both GEMMs (each would convert it the same way) */
+            fl_tensor *r16 = NULL;
+            st = fl_tensor_to(&r16, gop, dt);
+            fl_tensor_release(gop);
+            gop = r16;
+        }
         if (st == FL_OK && need_x) {
             /* the columns' gradient Wᵀ·dY, folded into the input's */
             st = fl_matmul_raw(&t, at, gop, cdt, FL_F32);

@@ -72,6 +72,24 @@ static fl_status NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const 
                 int64_t lo, hi;                                                                                     \
                 fl_window_inside(offw, g->sw, w, ow, &lo, &hi);                                                     \
                 T *row = dst + (i * g->kw + j) * L;                                                                 \
+                if (g->sw == 1 && g->sh == 1 && ow == w) {                                                          \
+                    /* windows as wide as the plane, stride 1 (a "same" conv): the rows inside the plane are one  \
+                     * shifted run of it, copied whole, then the padding written over the ends of each row */     \
+                    const int64_t dy = i * g->dh - g->pt, delta = dy * w + offw;                                    \
+                    const int64_t oy0 = dy < 0 ? -dy : 0, oy1 = h - dy < oh ? h - dy : oh;                          \
+                    for (int64_t oy = 0; oy < oh; oy++)                                                             \
+                        if (oy < oy0 || oy >= oy1) for (int64_t ox = 0; ox < ow; ox++) row[oy * ow + ox] = pad;   \
+                    if (oy1 <= oy0) continue;                                                                       \
+                    int64_t t0 = oy0 * ow, t1 = oy1 * ow;                                                           \
+                    if (t0 < -delta) t0 = -delta;                                                                   \
+                    if (t1 > h * w - delta) t1 = h * w - delta;                                                     \
+                    if (t1 > t0) memcpy(row + t0, src + t0 + delta, (size_t)(t1 - t0) * sizeof(T));                \
+                    for (int64_t oy = oy0; oy < oy1; oy++) {                                                        \
+                        for (int64_t ox = 0; ox < lo; ox++) row[oy * ow + ox] = pad;                                \
+                        for (int64_t ox = hi; ox < ow; ox++) row[oy * ow + ox] = pad;                               \
+                    }                                                                                               \
+                    continue;                                                                                       \
+                }                                                                                                   \
                 for (int64_t oy = 0; oy < oh; oy++, row += ow) {                                                    \
                     const int64_t iy = oy * g->sh + i * g->dh - g->pt;                                              \
                     if (iy < 0 || iy >= h) {                                                                        \

@@ -121,6 +121,24 @@ describe("im2col / col2im (core/im2col.c)", function()
           function(t) return ref_fold(t, H, W, k, s, d, pads) end, { cols }, case)
       end
     end
+    -- windows as wide as the plane at stride 1 (each kernel offset's rows copied as one run): "same" paddings,
+    -- uneven ones, dilation, a pad value, planes shorter than the kernel's reach, bf16
+    local same = { { { 3, 3 }, { 1, 1 }, { 1, 1, 1, 1 } }, { { 2, 4 }, { 1, 1 }, { 0, 1, 1, 2 } },
+      { { 3, 3 }, { 2, 2 }, { 2, 2, 2, 2 } }, { { 5, 3 }, { 1, 1 }, { 3, 1, 1, 1 } }, { { 7, 1 }, { 1, 1 }, { 4, 4, 0, 0 } } }
+    for i, c in ipairs(same) do
+      local k, d, pads = c[1], c[2], c[3]
+      for _, hw in ipairs { { 5, 6 }, { 1, 4 }, { 3, 1 } } do
+        fp8.manual_seed(200 + i)
+        local x = fp8.randn({ 2, 3, hw[1], hw[2] }):to(i % 2 == 0 and "bf16" or "f32")
+        local geo = geometry(k, { 1, 1 }, d, pads)
+        local ok = pcall(NN.im2col, x, geo)
+        if ok then
+          same_with_grads(("same-width case %d on %dx%d"):format(i, hw[1], hw[2]),
+            function(t) return NN.im2col(t, geo, 2.5) end,
+            function(t) return (ref_windows(t, k, { 1, 1 }, d, pads, 2.5)) end, { x }, i)
+        end
+      end
+    end
   end)
 
   it("keep the dtype, pad with the value given (-inf for max pooling), and fold's negative padding leaves rows at 0",
