@@ -1,8 +1,10 @@
 -- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops: F.unfold /
 -- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
--- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; a depthwise one directly over the
--- planes, core/conv_depthwise.c), F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and
--- F.avg_pool1d/2d (each window's average found directly, core/avg_pool.c), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
+-- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; on CPU tensors the columns made a
+-- few samples at a time, core/conv_cols.c; a depthwise one directly over the planes, core/conv_depthwise.c),
+-- F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and F.avg_pool1d/2d (each window's average
+-- found directly, core/avg_pool.c), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d,
+-- Unfold and Fold. FP8
 -- recipes convert Linear layers only (as TransformerEngine and torchao): a convolution runs in high precision under
 -- every recipe.
 -- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
@@ -119,7 +121,7 @@ local function conv2d(fname, x, w, b, opts)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)
   -- wide: bf16 operands and bias outside autocast: the GEMM in bf16 with an fp32 result (fl_matmul_wide), the bias
   -- added in fp32 and the sum rounded once, as the fp32 compute of the widened operands did (the same products,
-  -- summed in the GEMM's order; its backward in fp32, as that compute's)
+  -- summed in the GEMM's order; the composite's backward in fp32, as that compute's; the chunked path's in bf16)
   local function compute(xb, w, b, wide)
     -- depthwise (groups = in_channels, one dtype, outside autocast): computed directly over the planes
     -- (core/conv_depthwise.c), not as a GEMM per group of one channel
