@@ -608,6 +608,15 @@ describe("the convolutions, poolings and transposed convolutions on the native w
       under_ac(function(xx, ww, bb) return batch_conv2d(xx, ww, bb, { 1, 1 }, { 1, 1 }, { 1, 1, 1, 1 }, 1) end),
       { xf, wf, bf }, 34)
     assert.are.equal("fp32", under_ac(function() return F.conv2d(xf, wf, bf, { padding = 1 }) end)():dtype())
+    -- the backward makes the columns again from the input: a write to it after the forward is refused, as torch's
+    -- (its conv keeps the input); until 2026-12-06 the columns were a copy and the write went unnoticed. The bias is
+    -- read for its shape only.
+    local xi, wi, bi = fp8.randn { 2, 3, 8, 8 }, fp8.randn({ 4, 3, 3, 3 }):requires_grad_(true), fp8.randn { 4 }
+    local yi = F.conv2d(xi, wi, bi, { padding = 1 })
+    bi:mul_(2)
+    xi:mul_(2)
+    U.fails_with("backward: a tensor ConvolutionBackward needs (input 1, shape [2, 3, 8, 8]) was written in place after "
+      .. "the forward", function() yi:sum():backward() end)
     -- the core op's refusals
     local geo = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }
     U.fails_with("conv2d_cols: expected an input and a weight of one dtype, fp32, bf16 or fp16, got fp32 and bf16",
