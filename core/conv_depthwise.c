@@ -20,11 +20,13 @@
 typedef struct { fl_window g; int64_t oh, ow; } dw_ctx;
 
 /* out [N, OC, oh, ow] = the depthwise convolution of x [N, C, h, w] with k [OC, kh·kw] (fp32, contiguous) */
-static void dw_forward(const float *x, const float *k, float *y, int64_t N, int64_t C, int64_t OC, int64_t h,
-                       int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
+static fl_status dw_forward(const float *x, const float *k, float *y, int64_t N, int64_t C, int64_t OC, int64_t h,
+                            int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
+    int stop = 0;
     #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
     for (int64_t p = 0; p < N * OC; p++) {
+        FL_WIN_POLL(stop)
         const int64_t n = p / OC, o = p % OC;
         const float *src = x + (n * C + o / m) * h * w, *wk = k + o * K;
         float *dst = y + p * oh * ow;
@@ -47,16 +49,19 @@ static void dw_forward(const float *x, const float *k, float *y, int64_t N, int6
                 }
             }
     }
+    return fl_window_stopped(stop);
 }
 
 /* dx [N, C, h, w] from gy [N, OC, oh, ow] and k: at each kernel offset, the m output gradients that read a position
  * times their weights (a fused multiply-add chain from 0, as the GEMM of the per-group path formed them), added in
  * the order of the kernel offsets, unfused (as its col2im added them): the per-group path's bits */
-static void dw_grad_input(const float *gy, const float *k, float *dx, int64_t N, int64_t C, int64_t OC, int64_t h,
-                          int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
+static fl_status dw_grad_input(const float *gy, const float *k, float *dx, int64_t N, int64_t C, int64_t OC,
+                               int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
+    int stop = 0;
     #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
     for (int64_t p = 0; p < N * C; p++) {
+        FL_WIN_POLL(stop)
         const int64_t n = p / C, c = p % C;
         float *dst = dx + p * h * w;
         const float *src = gy + (n * OC + c * m) * oh * ow, *wk = k + c * m * K;   /* channel c's m outputs */
@@ -88,6 +93,7 @@ static void dw_grad_input(const float *gy, const float *k, float *dx, int64_t N,
                 }
             }
     }
+    return fl_window_stopped(stop);
 }
 
 /* dk [OC, kh·kw] = Σ over the batch and the windows of gy × x at the window's position; the products of one
@@ -95,9 +101,10 @@ static void dw_grad_input(const float *gy, const float *k, float *dx, int64_t N,
 static fl_status dw_grad_weight(const float *gy, const float *x, float *dk, int64_t N, int64_t C, int64_t OC,
                                 int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
-    int bad = 0;
+    int bad = 0, stop = 0;
     #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
     for (int64_t o = 0; o < OC; o++) {
+        FL_WIN_POLL(stop)
         float *acc = malloc((size_t)(ow > 0 ? ow : 1) * sizeof(float));
         if (!acc) {
             #pragma omp atomic write
@@ -128,7 +135,8 @@ static fl_status dw_grad_weight(const float *gy, const float *x, float *dk, int6
             }
         free(acc);
     }
-    return bad ? FL_ERR(FL_ENOMEM, "conv_depthwise: out of memory for the weight's gradient") : FL_OK;
+    if (bad) return FL_ERR(FL_ENOMEM, "conv_depthwise: out of memory for the weight's gradient");
+    return fl_window_stopped(stop);
 }
 
 static fl_status check(const fl_tensor *x, const fl_tensor *wt, const fl_window *g, int64_t *oh, int64_t *ow) {
@@ -189,7 +197,7 @@ fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor
     if (st == FL_OK) st = fl_host_f32_read(&hw, wt);
     if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && numel > 0)
-        dw_forward(fl_tensor_data(hx), fl_tensor_data(hw), fl_tensor_data(y), N, C, OC, x->shape[2], x->shape[3], g,
+        st = dw_forward(fl_tensor_data(hx), fl_tensor_data(hw), fl_tensor_data(y), N, C, OC, x->shape[2], x->shape[3], g,
                    oh, ow);
     fl_tensor_release(hx);
     fl_tensor_release(hw);
@@ -222,7 +230,7 @@ static fl_status dw_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     if (st == FL_OK && need_x) st = fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     if (st == FL_OK && need_w) st = fl_tensor_empty(&dk, FL_F32, 4, wt->shape, FL_DEV_CPU);
     if (st == FL_OK && dx && fl_tensor_numel(dx) > 0)
-        dw_grad_input(fl_tensor_data(hg), fl_tensor_data(hw), fl_tensor_data(dx), N, C, OC, h, w, &c->g, c->oh,
+        st = dw_grad_input(fl_tensor_data(hg), fl_tensor_data(hw), fl_tensor_data(dx), N, C, OC, h, w, &c->g, c->oh,
                       c->ow);
     if (st == FL_OK && dk && fl_tensor_numel(dk) > 0)
         st = dw_grad_weight(fl_tensor_data(hg), fl_tensor_data(hx), fl_tensor_data(dk), N, C, OC, h, w, &c->g, c->oh,

@@ -12,6 +12,7 @@
 #include "format.h"
 #include "profiler.h"
 #include "window.h"
+#include "im2col.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,13 +54,16 @@ static fl_status window_counts(const char *fn, const fl_window *g, int64_t h, in
 
 /* ---- the kernels ---------------------------------------------------------------------------------------------- */
 
-/* unfold of nc contiguous planes [h, w] of elements of type T into [nc, K, oh·ow], the padding pad */
+/* unfold of nc contiguous planes [h, w] of elements of type T into [nc, K, oh·ow], the padding pad; FL_EINTR if
+ * interrupted */
 #define UNFOLD_KERNEL(NAME, T)                                                                                      \
-static void NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow, \
-                 T pad) {                                                                                           \
+static fl_status NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,        \
+                      int64_t ow, T pad) {                                                                          \
     const int64_t K = g->kh * g->kw, L = oh * ow;                                                                   \
+    int stop = 0;                                                                                                   \
     _Pragma("omp parallel for schedule(static) if (nc * K * L > 32768)")                                            \
     for (int64_t p = 0; p < nc; p++) {                                                                              \
+        FL_WIN_POLL(stop)                                                                                           \
         const T *src = x + p * h * w;                                                                               \
         T *dst = y + p * K * L;                                                                                     \
         for (int64_t i = 0; i < g->kh; i++)                                                                         \
@@ -68,6 +72,24 @@ static void NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_wi
                 int64_t lo, hi;                                                                                     \
                 fl_window_inside(offw, g->sw, w, ow, &lo, &hi);                                                     \
                 T *row = dst + (i * g->kw + j) * L;                                                                 \
+                if (g->sw == 1 && g->sh == 1 && ow == w) {                                                          \
+                    /* windows as wide as the plane, stride 1 (a "same" conv): the rows inside the plane are one  \
+                     * shifted run of it, copied whole, then the padding written over the ends of each row */     \
+                    const int64_t dy = i * g->dh - g->pt, delta = dy * w + offw;                                    \
+                    const int64_t oy0 = dy < 0 ? -dy : 0, oy1 = h - dy < oh ? h - dy : oh;                          \
+                    for (int64_t oy = 0; oy < oh; oy++)                                                             \
+                        if (oy < oy0 || oy >= oy1) for (int64_t ox = 0; ox < ow; ox++) row[oy * ow + ox] = pad;   \
+                    if (oy1 <= oy0) continue;                                                                       \
+                    int64_t t0 = oy0 * ow, t1 = oy1 * ow;                                                           \
+                    if (t0 < -delta) t0 = -delta;                                                                   \
+                    if (t1 > h * w - delta) t1 = h * w - delta;                                                     \
+                    if (t1 > t0) memcpy(row + t0, src + t0 + delta, (size_t)(t1 - t0) * sizeof(T));                \
+                    for (int64_t oy = oy0; oy < oy1; oy++) {                                                        \
+                        for (int64_t ox = 0; ox < lo; ox++) row[oy * ow + ox] = pad;                                \
+                        for (int64_t ox = hi; ox < ow; ox++) row[oy * ow + ox] = pad;                               \
+                    }                                                                                               \
+                    continue;                                                                                       \
+                }                                                                                                   \
                 for (int64_t oy = 0; oy < oh; oy++, row += ow) {                                                    \
                     const int64_t iy = oy * g->sh + i * g->dh - g->pt;                                              \
                     if (iy < 0 || iy >= h) {                                                                        \
@@ -85,16 +107,20 @@ static void NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const fl_wi
                 }                                                                                                   \
             }                                                                                                       \
     }                                                                                                               \
+    return fl_window_stopped(stop);                                                                                 \
 }
 UNFOLD_KERNEL(unfold32, uint32_t)
 UNFOLD_KERNEL(unfold16, uint16_t)
 
-/* fold of fp32 columns [nc, K, oh·ow] into zeroed planes [nc, h, w]: per plane in the order k, then l */
-static void fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,
-                     int64_t ow) {
+/* fold of fp32 columns [nc, K, oh·ow] into zeroed planes [nc, h, w]: per plane in the order k, then l; FL_EINTR if
+ * interrupted */
+static fl_status fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,
+                          int64_t ow) {
     const int64_t K = g->kh * g->kw, L = oh * ow;
+    int stop = 0;
     #pragma omp parallel for schedule(static) if (nc * K * L > 32768)
     for (int64_t p = 0; p < nc; p++) {
+        FL_WIN_POLL(stop)
         const float *src = x + p * K * L;
         float *dst = y + p * h * w;
         for (int64_t i = 0; i < g->kh; i++)
@@ -115,6 +141,17 @@ static void fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64_t w,
                 }
             }
     }
+    return fl_window_stopped(stop);
+}
+
+fl_status fl_im2col_planes(void *y, const void *x, int bytes, int64_t nc, int64_t h, int64_t w, const fl_window *g,
+                           int64_t oh, int64_t ow) {
+    return bytes == 4 ? unfold32(x, y, nc, h, w, g, oh, ow, 0) : unfold16(x, y, nc, h, w, g, oh, ow, 0);
+}
+
+fl_status fl_col2im_planes(float *y, const float *x, int64_t nc, int64_t h, int64_t w, const fl_window *g, int64_t oh,
+                           int64_t ow) {
+    return fold_f32(x, y, nc, h, w, g, oh, ow);
 }
 
 /* ---- the ops --------------------------------------------------------------------------------------------------- */
@@ -175,10 +212,10 @@ fl_status fl_unfold(fl_tensor **out, const fl_tensor *x, const fl_window *g) {
             const float v = (float)g->pad_value;
             uint32_t pad;
             memcpy(&pad, &v, sizeof pad);
-            unfold32(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
+            st = unfold32(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
         } else {
             const uint16_t pad = (uint16_t)fl_format(x->dtype)->from_float((float)g->pad_value, FL_IEEE);
-            unfold16(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
+            st = unfold16(fl_tensor_data(hc), fl_tensor_data(y), N * C, H, W, g, oh, ow, pad);
         }
     }
     fl_tensor_release(h);
@@ -214,7 +251,7 @@ fl_status fl_fold(fl_tensor **out, const fl_tensor *cols, int64_t h, int64_t w, 
     if (st == FL_OK) st = cols->dtype == FL_F32 ? fl_tensor_contiguous(&f, d) : fl_tensor_to(&f, d, FL_F32);
     if (st == FL_OK) st = fl_tensor_zeros(&y, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && numel > 0 && fl_tensor_numel(f) > 0)
-        fold_f32(fl_tensor_data(f), fl_tensor_data(y), N * C, h, w, g, oh, ow);
+        st = fold_f32(fl_tensor_data(f), fl_tensor_data(y), N * C, h, w, g, oh, ow);
     fl_tensor_release(d);
     fl_tensor_release(f);
     d = NULL;

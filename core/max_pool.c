@@ -38,14 +38,17 @@ static fl_status mp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         const float *gv = fl_tensor_data(hg);
         const int32_t *pos = c->pos;
         float *d = fl_tensor_data(dx);
+        int stop = 0;
         #pragma omp parallel for schedule(static) if (NC * L > 32768)
         for (int64_t p = 0; p < NC; p++) {
+            FL_WIN_POLL(stop)
             const int32_t *pp = pos + p * L;
             const float *gp = gv + p * L;
             float *dp = d + p * hw;
             for (int64_t l = L - 1; l >= 0; l--)
                 if (pp[l] >= 0) dp[pp[l]] += gp[l];
         }
+        st = fl_window_stopped(stop);
     }
     fl_tensor_release(hg);
     if (st == FL_OK) st = fl_host_result(&gin[0], dx, FL_F32, x->device), dx = NULL;
@@ -99,12 +102,13 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
     if (st == FL_OK && numel > 0) {
         const float *xv = fl_tensor_data(hx);
         float *vv = fl_tensor_data(v), *iv = fl_tensor_data(ix);
-        int bad = 0;
+        int bad = 0, stop = 0;
         /* a row of windows at a time, kernel offset by kernel offset (each window still sees its offsets in order),
          * the update without branches: taken where no input position was yet, or where the value is a NaN or
          * greater and the maximum so far is not a NaN */
         #pragma omp parallel for schedule(static) if (numel > 4096)
         for (int64_t p = 0; p < N * C; p++) {
+            FL_WIN_POLL(stop)
             int32_t *bp = malloc((size_t)ow * sizeof *bp);
             if (!bp) {
                 #pragma omp atomic write
@@ -143,6 +147,7 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
             free(bp);
         }
         if (bad) st = FL_ERR(FL_ENOMEM, "max_pool: out of memory for a row of %lld windows", (long long)ow);
+        else st = fl_window_stopped(stop);
     }
     fl_tensor_release(hx);
     if (st == FL_OK) st = fl_host_result(values, v, x->dtype, x->device), v = NULL;

@@ -90,5 +90,18 @@ fl_status fl_conv_depthwise(fl_tensor **out, const fl_tensor *x, const fl_tensor
  * flat 0-based input position as fp32 (no history). A NaN is taken first; a window of -inf alone takes its first
  * input position. */
 fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *x, const fl_window *g);
+/* conv_cols.c: torch's conv2d of CPU tensors x [N, C, H, W] and w [OC, C/groups, kh, kw] of one dtype (fp32, bf16,
+ * fp16), g's kernel w's, its padding 0 → [N, OC, OH, OW] in that dtype (wide: fp32, of 16-bit operands), as im2col and
+ * a GEMM per group with the columns made a few samples at a time: the bits of unfold + matmul over the whole batch,
+ * then + b (optional: fp32 [OC], an fp32 result only) as the elementwise add. Differentiable in x, w and b (fp32
+ * gradients; bwd16: the backward's GEMMs in the 16-bit dtype, the output gradient rounded to it, as torch's; else in
+ * fp32). */
+fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                         const fl_window *g, int64_t groups, bool wide, bool bwd16);
+/* avg_pool.c: torch's average pooling of x [N, C, H, W] (not FP8) over g's windows (dilation 1; bottom and right
+ * padding at least top and left: the excess is ceil_mode's, never counted) → [N, C, OH, OW] in x's dtype: each
+ * window's sum over divisor (> 0), or over the count of its positions in the input (and, count_pad, in the top/left
+ * padding's width on each side). The bits of unfold + sum + divide; differentiable (fp32 gradient). */
+fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, bool count_pad, int64_t divisor);
 
 #endif

@@ -348,6 +348,47 @@ static int l_max_pool(lua_State *L) {
     return 2;
 }
 
+/* avg_pool(x[N, C, H, W], {kh, kw, sh, sw, 1, 1, pt, pb, pl, pr}, count_include_pad, divisor) → [N, C, OH, OW]:
+ * each window's average (fl_avg_pool; divisor 0: the count of its positions); F.avg_pool1d/2d are made of it */
+static int l_avg_pool(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_window g;
+    check_window(L, 2, "avg_pool", &g);
+    if (lua_type(L, 3) != LUA_TBOOLEAN)
+        return luaL_error(L, "avg_pool: count_include_pad must be a boolean, got %s", luaL_typename(L, 3));
+    int isint = 0;
+    lua_Integer div = lua_tointegerx(L, 4, &isint);
+    if (!isint || lua_type(L, 4) != LUA_TNUMBER || div < 0)
+        return luaL_error(L, "avg_pool: divisor must be an integer >= 0 (0: the count), got %s",
+                          luaL_tolstring(L, 4, NULL));
+    no_extra(L, 5, "avg_pool");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_avg_pool(slot, x, &g, lua_toboolean(L, 3), (int64_t)div));
+    return 1;
+}
+
+/* conv2d_cols(x[N, C, H, W], w[OC, C/groups, kh, kw], bias[OC] or nil, {kh, kw, sh, sw, dh, dw, pt, pb, pl, pr},
+ * groups, wide, bwd16) → [N, OC, OH, OW]: conv2d as im2col + GEMM, the columns made a few samples at a time
+ * (fl_conv2d_cols; CPU tensors) */
+static int l_conv2d_cols(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
+    fl_tensor *b = lua_isnil(L, 3) ? NULL : fl_lchecktensor(L, 3);
+    fl_window g;
+    check_window(L, 4, "conv2d_cols", &g);
+    int isint = 0;
+    lua_Integer groups = lua_tointegerx(L, 5, &isint);
+    if (!isint || lua_type(L, 5) != LUA_TNUMBER || groups < 1)
+        return luaL_error(L, "conv2d_cols: groups must be an integer >= 1, got %s", luaL_tolstring(L, 5, NULL));
+    for (int i = 6; i <= 7; i++)
+        if (lua_type(L, i) != LUA_TBOOLEAN)
+            return luaL_error(L, "conv2d_cols: %s must be a boolean, got %s", i == 6 ? "wide" : "bwd16",
+                              luaL_typename(L, i));
+    no_extra(L, 8, "conv2d_cols");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_conv2d_cols(slot, x, w, b, &g, (int64_t)groups, lua_toboolean(L, 6), lua_toboolean(L, 7)));
+    return 1;
+}
+
 /* matmul_wide(a, b): a·b of two bf16 (or two fp16) tensors, the GEMM in their dtype and the result fp32
  * (fl_matmul_wide): what a bf16 convolution adds its bias to before rounding once */
 static int l_matmul_wide(lua_State *L) {
@@ -366,7 +407,8 @@ static const luaL_Reg funcs[] = {
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
     {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise}, {"resample", l_resample},
-    {"matmul_wide", l_matmul_wide}, {"max_pool", l_max_pool},
+    {"matmul_wide", l_matmul_wide}, {"max_pool", l_max_pool}, {"avg_pool", l_avg_pool},
+    {"conv2d_cols", l_conv2d_cols},
     {NULL, NULL},
 };
 

@@ -6,6 +6,7 @@
 #include "tensor.h"
 #include "error.h"
 #include <stdlib.h>
+#include <string.h>
 
 static fl_tensor *filled(int64_t n, int64_t c, int64_t h, int64_t w, unsigned seed) {
     fl_tensor *t = NULL;
@@ -114,4 +115,31 @@ TEST(im2col_refuses_bad_geometry) {
     CHECK(fl_max_pool(&out, &o2, x, &too_big) == FL_EINVAL && !out && !o2, "max_pool: kernel past the plane");
     CHECK(fl_conv_depthwise(&out, x, x, &too_big) == FL_EINVAL && !out, "depthwise: weight of the wrong shape");
     fl_tensor_release(x);
+}
+
+/* Ctrl-C (the interrupt flag) stops the window ops between planes: FL_EINTR, no result, the flag cleared. Before
+ * 2026-12-06 their loops never polled it (a long convolution ran to its end). */
+TEST(im2col_window_ops_stop_on_interrupt) {
+    const fl_window g = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0 };
+    fl_tensor *x = filled(2, 16, 24, 24, 1), *w = filled(16, 1, 3, 3, 2), *cols = NULL, *y = NULL, *i = NULL;
+    REQUIRE(x && w, "alloc");
+    REQUIRE_OK(fl_unfold(&cols, x, &g));
+    fl_interrupt_set();
+    CHECK(fl_unfold(&y, x, &g) == FL_EINTR && !y && !fl_interrupt_pending(), "unfold: %s", fl_last_error());
+    fl_interrupt_set();
+    CHECK(fl_fold(&y, cols, 24, 24, &g) == FL_EINTR && !y && !fl_interrupt_pending(), "fold: %s", fl_last_error());
+    fl_interrupt_set();
+    CHECK(fl_conv_depthwise(&y, x, w, &g) == FL_EINTR && !y && !fl_interrupt_pending(), "depthwise: %s",
+          fl_last_error());
+    fl_interrupt_set();
+    CHECK(fl_max_pool(&y, &i, x, &g) == FL_EINTR && !y && !i && !fl_interrupt_pending(), "max_pool: %s",
+          fl_last_error());
+    fl_interrupt_set();
+    CHECK(fl_avg_pool(&y, x, &g, true, 0) == FL_EINTR && !y && !fl_interrupt_pending(), "avg_pool: %s",
+          fl_last_error());
+    CHECK(strstr(fl_last_error(), "interrupted") != NULL, "message: %s", fl_last_error());
+    /* and without the flag they run */
+    REQUIRE_OK(fl_avg_pool(&y, x, &g, true, 0));
+    fl_tensor_release(y);
+    fl_tensor_release(cols); fl_tensor_release(x); fl_tensor_release(w);
 }

@@ -121,6 +121,24 @@ describe("im2col / col2im (core/im2col.c)", function()
           function(t) return ref_fold(t, H, W, k, s, d, pads) end, { cols }, case)
       end
     end
+    -- windows as wide as the plane at stride 1 (each kernel offset's rows copied as one run): "same" paddings,
+    -- uneven ones, dilation, a pad value, planes shorter than the kernel's reach, bf16
+    local same = { { { 3, 3 }, { 1, 1 }, { 1, 1, 1, 1 } }, { { 2, 4 }, { 1, 1 }, { 0, 1, 1, 2 } },
+      { { 3, 3 }, { 2, 2 }, { 2, 2, 2, 2 } }, { { 5, 3 }, { 1, 1 }, { 3, 1, 1, 1 } }, { { 7, 1 }, { 1, 1 }, { 4, 4, 0, 0 } } }
+    for i, c in ipairs(same) do
+      local k, d, pads = c[1], c[2], c[3]
+      for _, hw in ipairs { { 5, 6 }, { 1, 4 }, { 3, 1 } } do
+        fp8.manual_seed(200 + i)
+        local x = fp8.randn({ 2, 3, hw[1], hw[2] }):to(i % 2 == 0 and "bf16" or "f32")
+        local geo = geometry(k, { 1, 1 }, d, pads)
+        local ok = pcall(NN.im2col, x, geo)
+        if ok then
+          same_with_grads(("same-width case %d on %dx%d"):format(i, hw[1], hw[2]),
+            function(t) return NN.im2col(t, geo, 2.5) end,
+            function(t) return (ref_windows(t, k, { 1, 1 }, d, pads, 2.5)) end, { x }, i)
+        end
+      end
+    end
   end)
 
   it("keep the dtype, pad with the value given (-inf for max pooling), and fold's negative padding leaves rows at 0",
@@ -309,7 +327,8 @@ describe("the convolutions, poolings and transposed convolutions on the native w
   end)
 
   it("bf16 convolutions: without a bias the old composition's bits; with one, the bf16 GEMM's fp32 sum plus the "
-    .. "bias rounded once (the fp32 GEMM's but for its summation order; the gradients those of the fp32 compute)",
+    .. "bias rounded once (the fp32 GEMM's but for its summation order; the gradients those of the fp32 compute but "
+    .. "for the order, the output gradient being a bf16 value here)",
      function()
     fp8.manual_seed(11)
     local x, w, b = fp8.randn({ 2, 4, 7, 6 }):to("bf16"), fp8.randn({ 6, 2, 3, 3 }):to("bf16"), fp8.randn({ 6 })
@@ -495,6 +514,222 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     same_with_grads("avg_pool1d bf16", function(t) return F.avg_pool1d(t, 2) end, function(t)
       return (ref_windows(t:unsqueeze(3), { 1, 2 }, { 1, 2 }, { 1, 1 }, { 0, 0, 0, 0 }):sum(3) / 2)
     end, { fp8.randn({ 2, 3, 9 }):to("bf16") }, 4)
+  end)
+
+  it("conv2d in chunks of samples (core/conv_cols.c) gives the bits of the whole batch's columns and GEMM: fp32, "
+    .. "bf16 with and without a bias, groups, chunks that do not divide the batch, batches past 256 samples", function()
+    -- the composite conv.lua ran until 2026-12-06: the batch's columns (the native im2col), one GEMM over the batch
+    -- (bf16 with a bias: the GEMM's fp32 result plus the bias, rounded once), the bias added. A bf16 conv's backward
+    -- now runs bf16 GEMMs of the output gradient rounded to bf16 (torch's): the reference for bf16 is the composite
+    -- under autocast of the operands widened (exactly), whose matmul rounds them back and did just that.
+    local function batch_conv2d(x, w, b, s, d, pads, g)
+      if x:dtype() == "bf16" then
+        local y = fp8.amp.autocast("bf16", function()
+          local xf, wf = x:to("fp32"), w:to("fp32")
+          local N, C, OC, k = xf:size(1), xf:size(2), wf:size(1), { wf:size(3), wf:size(4) }
+          local cols = NN.im2col(xf, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+          local K, L = k[1] * k[2], cols:size(4)
+          local oh = (xf:size(3) + pads[1] + pads[2] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+          local out
+          if g == 1 then out = wf:reshape({ OC, C * K }):matmul(cols:reshape({ N, C * K, L }))
+          else out = wf:reshape({ g, OC // g, C // g * K }):matmul(cols:reshape({ N, g, C // g * K, L })) end
+          assert(out:dtype() == "fp32")
+          return out:reshape({ N, OC, oh, L // oh })
+        end)
+        if b ~= nil then y = y + b:to("fp32"):reshape({ 1, y:size(2), 1, 1 }) end
+        return y:to("bf16")
+      end
+      local N, C, OC, k = x:size(1), x:size(2), w:size(1), { w:size(3), w:size(4) }
+      local cols = NN.im2col(x, { k[1], k[2], s[1], s[2], d[1], d[2], pads[1], pads[2], pads[3], pads[4] })
+      local K, L = k[1] * k[2], cols:size(4)
+      local oh = (x:size(3) + pads[1] + pads[2] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+      local wide = b ~= nil and x:dtype() == "bf16"
+      local function mm(a, c) if wide then return NN.matmul_wide(a, c) end return a:matmul(c) end
+      local out
+      if g == 1 then out = mm(w:reshape({ OC, C * K }), cols:reshape({ N, C * K, L }))
+      else out = mm(w:reshape({ g, OC // g, C // g * K }), cols:reshape({ N, g, C // g * K, L })) end
+      out = out:reshape({ N, OC, oh, L // oh })
+      if wide then return (out + b:to("fp32"):reshape({ 1, OC, 1, 1 })):to("bf16") end
+      if b ~= nil then out = out + b:reshape({ 1, OC, 1, 1 }) end
+      return out
+    end
+    local cases = {
+      -- N, C, OC, H, W, k, stride, padding, groups, dtype, bias: 16·9·1024 column values a sample, 3 samples a chunk
+      { 5, 16, 8, 32, 32, 3, 1, 1, 1, "fp32", true },
+      { 5, 16, 8, 32, 32, 3, 1, 1, 1, "bf16", false },
+      { 4, 16, 8, 32, 32, 3, 1, 1, 1, "bf16", true },
+      { 3, 32, 16, 32, 32, 3, 1, 1, 4, "fp32", false },   -- one sample a chunk, 4 groups
+      { 4, 16, 6, 33, 31, 2, 2, 0, 2, "fp32", true },
+      { 300, 3, 4, 5, 5, 3, 1, 1, 1, "fp32", true },      -- the weight's gradient summed in runs of 256 samples
+      { 2, 16, 8, 40, 40, 5, 1, 2, 1, "fp16", false },
+    }
+    for i, c in ipairs(cases) do
+      local N, C, OC, H, W, k, st, p, g, dt, bias = table.unpack(c)
+      fp8.manual_seed(100 + i)
+      local x = fp8.randn({ N, C, H, W }):to(dt)
+      local w = (fp8.randn({ OC, C // g, k, k }) * 0.1):to(dt)
+      local b = bias and fp8.randn({ OC }):to(dt) or nil
+      local ins = b and { x, w, b } or { x, w }
+      local what = ("chunked conv case %d (%s, N %d, C %d, groups %d)"):format(i, dt, N, C, g)
+      same_with_grads(what, function(xx, ww, bb) return F.conv2d(xx, ww, bb, { stride = st, padding = p, groups = g }) end,
+        function(xx, ww, bb) return batch_conv2d(xx, ww, bb, { st, st }, { 1, 1 }, { p, p, p, p }, g) end, ins, i)
+    end
+    -- a gradient that bf16 does not hold reaches a bf16 conv rounded to bf16 (torch's), and the gradients stay
+    -- within that rounding of the fp32 backward's (the products of the exact gradient, what it was until 2026-12-06)
+    fp8.manual_seed(31)
+    local xb, wb = fp8.randn({ 3, 8, 12, 12 }):to("bf16"), (fp8.randn({ 8, 8, 3, 3 }) * 0.1):to("bf16")
+    local function scaled(f) return function(xx, ww) return f(xx, ww):to("fp32") * 1.1 end end
+    same_with_grads("bf16 conv, a gradient bf16 does not hold",
+      scaled(function(xx, ww) return F.conv2d(xx, ww, nil, { padding = 1 }) end),
+      scaled(function(xx, ww) return batch_conv2d(xx, ww, nil, { 1, 1 }, { 1, 1 }, { 1, 1, 1, 1 }, 1) end),
+      { xb, wb }, 32)
+    local _, g1 = with_grads(scaled(function(xx, ww) return F.conv2d(xx, ww, nil, { padding = 1 }) end), { xb, wb }, 32)
+    local _, g2 = with_grads(scaled(function(xx, ww)
+      return require("fp8.tensor")._low_in_fp32(function(x2, w2) return F.conv2d(x2, w2, nil, { padding = 1 }) end,
+        xx, ww)
+    end), { xb, wb }, 32)
+    for i = 1, 2 do
+      local a, c = U.flat(g1[i]), U.flat(g2[i])
+      local scale = 0
+      for j = 1, #c do scale = math.max(scale, math.abs(c[j])) end
+      local worst = 0
+      for j = 1, #a do worst = math.max(worst, math.abs(a[j] - c[j])) end
+      assert.is_true(worst > 0, "the gradient was rounded")
+      assert.is_true(worst <= scale * 2 ^ -7, ("gradient %d: %g off, of %g"):format(i, worst, scale))
+    end
+    -- under autocast (fp32 operands): the operands rounded, a bf16 GEMM with an fp32 result, the bias added in
+    -- fp32, the backward in bf16: the composite's bits, chunked (3 samples a chunk here)
+    fp8.manual_seed(33)
+    local xf, wf, bf = fp8.randn { 5, 16, 32, 32 }, fp8.randn { 8, 16, 3, 3 } * 0.1, fp8.randn { 8 }
+    local function under_ac(f) return function(...) local a = table.pack(...)
+      return fp8.amp.autocast("bf16", function() return f(table.unpack(a, 1, a.n)) end) end end
+    same_with_grads("autocast bf16",
+      under_ac(function(xx, ww, bb) return F.conv2d(xx, ww, bb, { padding = 1 }) end),
+      under_ac(function(xx, ww, bb) return batch_conv2d(xx, ww, bb, { 1, 1 }, { 1, 1 }, { 1, 1, 1, 1 }, 1) end),
+      { xf, wf, bf }, 34)
+    assert.are.equal("fp32", under_ac(function() return F.conv2d(xf, wf, bf, { padding = 1 }) end)():dtype())
+    -- the backward makes the columns again from the input: a write to it after the forward is refused, as torch's
+    -- (its conv keeps the input); until 2026-12-06 the columns were a copy and the write went unnoticed. The bias is
+    -- read for its shape only.
+    local xi, wi, bi = fp8.randn { 2, 3, 8, 8 }, fp8.randn({ 4, 3, 3, 3 }):requires_grad_(true), fp8.randn { 4 }
+    local yi = F.conv2d(xi, wi, bi, { padding = 1 })
+    bi:mul_(2)
+    xi:mul_(2)
+    U.fails_with("backward: a tensor ConvolutionBackward needs (input 1, shape [2, 3, 8, 8]) was written in place after "
+      .. "the forward", function() yi:sum():backward() end)
+    -- the core op's refusals
+    local geo = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }
+    U.fails_with("conv2d_cols: expected an input and a weight of one dtype, fp32, bf16 or fp16, got fp32 and bf16",
+      NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), nil, geo, 1, false, false)
+    U.fails_with("conv2d_cols: wide (an fp32 result of 16-bit operands) needs bf16 or fp16 operands", NN.conv2d_cols,
+      fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, nil, geo, 1, true, false)
+    U.fails_with("conv2d_cols: expected an input [N, C, H, W] and a weight [OC, C/groups, 3, 3] with C and OC divisible "
+      .. "by groups = 2, got [1, 3, 4, 4] and [2, 1, 3, 3]", NN.conv2d_cols, fp8.zeros { 1, 3, 4, 4 },
+      fp8.zeros { 2, 1, 3, 3 }, nil, geo, 2, false, false)
+    U.fails_with("conv2d_cols: groups must be an integer >= 1, got 0", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, nil, geo, 0, false, false)
+    U.fails_with("conv2d_cols: wide must be a boolean, got no value", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, nil, geo, 1)
+    U.fails_with("conv2d_cols: bwd16 must be a boolean, got number", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, nil, geo, 1, false, 1)
+    U.fails_with("conv2d_cols: the 1×1 plane padded to 1×1 is smaller than the kernel's span 3×3", NN.conv2d_cols,
+      fp8.zeros { 1, 2, 1, 1 }, fp8.zeros { 2, 2, 3, 3 }, nil, { 3, 3, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false, false)
+    U.fails_with("conv2d_cols: 4294967293×4294967293 windows are too many", NN.conv2d_cols, fp8.zeros { 1, 1, 1, 1 },
+      fp8.zeros { 1, 1, 1, 1 }, nil,
+      { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, 1, false, false)
+    U.fails_with("conv2d_cols: the bias must be an fp32 CPU tensor [2] added to an fp32 result", NN.conv2d_cols,
+      fp8.zeros({ 1, 2, 4, 4 }):to("bf16"), fp8.zeros({ 2, 2, 3, 3 }):to("bf16"), fp8.zeros { 2 }, geo, 1, false, false)
+    U.fails_with("conv2d_cols: the bias must be an fp32 CPU tensor [2]", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 },
+      fp8.zeros { 2, 2, 3, 3 }, fp8.zeros { 3 }, geo, 1, false, false)
+    U.fails_with("bad argument #3", NN.conv2d_cols, fp8.zeros { 1, 2, 4, 4 }, fp8.zeros { 2, 2, 3, 3 }, 5, geo, 1, false,
+      false)
+  end)
+
+  it("avg pools computed directly (core/avg_pool.c) give the old composition's bits on random geometries, fp32, "
+    .. "bf16 and fp16, values and gradients (windows of more than 256 offsets too), in the input's dtype", function()
+    -- the old composition, as conv.lua had it until 2026-12-06: the windows summed over the kernel offsets and
+    -- divided by K, the override, or the windows of ones (the counts); then in x's dtype (a bf16 sum over fp32 counts
+    -- came out fp32: the one change)
+    local function ceil_extra(n, k, s, p)
+      local out = (n + 2 * p - k + s - 1) // s + 1
+      if out > 1 and (out - 1) * s >= n + p then out = out - 1 end
+      local e = (out - 1) * s + k - (n + 2 * p)
+      return e > 0 and e or 0
+    end
+    local function old_avg(x, k, s, p, o)
+      local H, W = x:size(3), x:size(4)
+      local ext = o.ceil_mode and { ceil_extra(H, k[1], s[1], p[1]), ceil_extra(W, k[2], s[2], p[2]) } or { 0, 0 }
+      local extra = ext[1] > 0 or ext[2] > 0
+      local function win(t, pp) return (ref_windows(t, k, s, { 1, 1 }, { pp[1], pp[1] + ext[1], pp[2], pp[2] + ext[2] },
+        0)) end
+      local w, oh, ow = ref_windows(x, k, s, { 1, 1 }, { p[1], p[1] + ext[1], p[2], p[2] + ext[2] }, 0)
+      local out
+      if o.divisor_override then out = w:sum(3) / o.divisor_override
+      elseif o.count_include_pad == false and (p[1] > 0 or p[2] > 0 or extra) then
+        out = w:sum(3) / win(fp8.ones { 1, 1, H, W }, p):sum(3)
+      elseif extra then out = w:sum(3) / win(fp8.ones { 1, 1, H + 2 * p[1], W + 2 * p[2] }, { 0, 0 }):sum(3)
+      else out = w:sum(3) / (k[1] * k[2]) end
+      return out:reshape({ x:size(1), x:size(2), oh, ow }):to(x:dtype())
+    end
+    math.randomseed(92)
+    local dts = { "f32", "bf16", "fp16" }
+    for case = 1, 60 do
+      local k = { math.random(1, 4), math.random(1, 4) }
+      local s = { math.random(1, 3), math.random(1, 3) }
+      local p = { math.random(0, k[1] // 2), math.random(0, k[2] // 2) }
+      local o = { stride = s, padding = p, ceil_mode = case % 3 == 0, count_include_pad = case % 4 ~= 1,
+        divisor_override = case % 7 == 0 and math.random(1, 5) or nil }
+      local dt = dts[case % 3 + 1]
+      local N, C, H, W = math.random(1, 2), math.random(1, 3), math.random(k[1], 9), math.random(k[2], 9)
+      fp8.manual_seed(case)
+      local x = fp8.randn({ N, C, H, W }):to(dt)
+      if case % 2 == 0 then x = fp8.randn({ N, C, W, H }):to(dt):transpose(3, 4) end   -- non-contiguous
+      local what = ("case %d: %s x[%d,%d,%d,%d] k%s s%s p%s ceil %s count_pad %s div %s"):format(case, dt, N, C, H, W,
+        table.concat(k, "x"), table.concat(s, "x"), table.concat(p, "x"), o.ceil_mode, o.count_include_pad,
+        o.divisor_override)
+      same_with_grads(what, function(t) return F.avg_pool2d(t, k, o) end,
+        function(t) return old_avg(t, k, s, p, o) end, { x }, case)
+      -- avg_pool1d: the same on a plane of height 1
+      local o1 = { stride = s[2], padding = p[2], ceil_mode = o.ceil_mode, count_include_pad = o.count_include_pad }
+      same_with_grads(what .. " (1d)", function(t) return F.avg_pool1d(t, k[2], o1) end,
+        function(t) return old_avg(t:unsqueeze(3), { 1, k[2] }, { 1, s[2] }, { 0, p[2] }, o1):squeeze(3) end,
+        { x:select(3, 1) }, case)
+    end
+    -- 17×17 = 289 offsets: the sum in runs of 256 offsets, as the reduction over the columns' middle dim summed them
+    fp8.manual_seed(5)
+    local big = fp8.randn { 2, 2, 20, 21 } * fp8.exp(fp8.randn { 2, 2, 20, 21 } * 8)   -- magnitudes 2^-30..2^30
+    same_with_grads("17x17", function(t) return F.avg_pool2d(t, 17, { stride = 1, padding = 2 }) end,
+      function(t) return old_avg(t, { 17, 17 }, { 1, 1 }, { 2, 2 }, {}) end, { big }, 6)
+    -- unbatched
+    same_with_grads("unbatched", function(t) return F.avg_pool2d(t, 2, { stride = 1 }) end,
+      function(t) return old_avg(t:unsqueeze(1), { 2, 2 }, { 1, 1 }, { 0, 0 }, {}):squeeze(1) end,
+      { fp8.randn { 3, 5, 4 } }, 7)
+    -- the dtype: a bf16 average over counts is bf16 (it was fp32), torch's
+    local xb = fp8.randn({ 1, 2, 7, 6 }):to("bf16")
+    assert.are.equal("bf16", F.avg_pool2d(xb, 3, { stride = 2, padding = 1, count_include_pad = false }):dtype())
+    assert.are.equal("bf16", F.avg_pool2d(xb, 3, { stride = 2, ceil_mode = true }):dtype())
+    assert.are.equal("fp16", F.avg_pool1d(xb:to("fp16"):select(3, 1), 3, { stride = 2, ceil_mode = true }):dtype())
+    -- the core op's refusals
+    local geo = { 2, 2, 1, 1, 1, 1, 0, 0, 0, 0 }
+    U.fails_with("avg_pool: dilation must be 1, got 2×1", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      { 2, 2, 1, 1, 2, 1, 0, 0, 0, 0 }, true, 0)
+    U.fails_with("avg_pool: padding top 1, bottom 0", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      { 2, 2, 1, 1, 1, 1, 1, 0, 0, 0 }, true, 0)
+    U.fails_with("avg_pool: divisor must be an integer >= 0 (0: the count), got -1", NN.avg_pool,
+      fp8.zeros { 1, 1, 4, 4 }, geo, true, -1)
+    U.fails_with("avg_pool: count_include_pad must be a boolean, got number", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      geo, 1, 0)
+    U.fails_with("avg_pool: expected a 4-D input [N, C, H, W], got [4, 4]", NN.avg_pool, fp8.zeros { 4, 4 }, geo, true,
+      0)
+    U.fails_with("avg_pool: the 1×1 plane padded to 1×1 is smaller than the kernel 2×2", NN.avg_pool,
+      fp8.zeros { 1, 1, 1, 1 }, geo, true, 0)
+    U.fails_with("avg_pool: kernel and stride must be in 1..2^31-1, got 0", NN.avg_pool, fp8.zeros { 1, 1, 4, 4 },
+      { 0, 2, 1, 1, 1, 1, 0, 0, 0, 0 }, true, 0)
+    U.fails_with("avg_pool: e4m3 tensor: call :dequantize() first", NN.avg_pool, fp8.zeros({ 1, 1, 4, 4 }):quantize("e4m3"),
+      geo, true, 0)
+    -- windows whose count would wrap: refused before the product is formed
+    U.fails_with("avg_pool: 4294967293×4294967293 windows are too many", NN.avg_pool, fp8.zeros { 1, 1, 1, 1 },
+      { 1, 1, 1, 1, 1, 1, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2, (1 << 31) - 2 }, true, 0)
   end)
 
   it("conv_transpose2d / 1d give the old composition's bits (output_padding past the padding, groups, dilation)",

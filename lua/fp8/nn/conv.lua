@@ -1,8 +1,10 @@
 -- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops: F.unfold /
 -- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
--- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; a depthwise one directly over the
--- planes, core/conv_depthwise.c), F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and
--- F.avg_pool1d/2d (unfold, then a mean over each window), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, Unfold and Fold. FP8
+-- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; on CPU tensors the columns made a
+-- few samples at a time, core/conv_cols.c; a depthwise one directly over the planes, core/conv_depthwise.c),
+-- F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and F.avg_pool1d/2d (each window's average
+-- found directly, core/avg_pool.c), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d,
+-- Unfold and Fold. FP8
 -- recipes convert Linear layers only (as TransformerEngine and torchao): a convolution runs in high precision under
 -- every recipe.
 -- The max pools' return_indices gives the flat 0-based input position of each maximum (fp32, exact to 2^24; torch's
@@ -119,7 +121,7 @@ local function conv2d(fname, x, w, b, opts)
   local pd = conv_padding(fname, opts.padding or 0, k, s, d)
   -- wide: bf16 operands and bias outside autocast: the GEMM in bf16 with an fp32 result (fl_matmul_wide), the bias
   -- added in fp32 and the sum rounded once, as the fp32 compute of the widened operands did (the same products,
-  -- summed in the GEMM's order; its backward in fp32, as that compute's)
+  -- summed in the GEMM's order; the composite's backward in fp32, as that compute's; the chunked path's in bf16)
   local function compute(xb, w, b, wide)
     -- depthwise (groups = in_channels, one dtype, outside autocast): computed directly over the planes
     -- (core/conv_depthwise.c), not as a GEMM per group of one channel
@@ -134,9 +136,36 @@ local function conv2d(fname, x, w, b, opts)
       return out
     end
     -- ("same" with an even kernel pads unevenly: the extra row and column on the bottom and right)
+    local out
+    -- CPU tensors of one dtype outside autocast: im2col and the GEMM a few samples at a time (core/conv_cols.c:
+    -- the bits of the batch's columns and GEMM below, whose buffer went to memory). (A 1×1 conv of one channel to
+    -- one keeps the composite: its weight's gradient sums over the batch in SIMD lanes.)
+    -- A bf16 conv's backward runs its GEMMs in bf16, the output gradient rounded to bf16 (torch's: its gradient of
+    -- a bf16 output is bf16; until 2026-12-06 they were fp32 GEMMs of the fp32 gradient); fp16's stay fp32 (its
+    -- range would flush small gradients). Under autocast (fp32 operands, as its matmul did): the operands rounded
+    -- first, then a 16-bit GEMM with an fp32 result, the backward in the 16-bit dtype, the same bits as before.
+    local dt, ac = xb:dtype(), fp8.autocast_dtype()
+    local x2, w2, wide2, bwd16 = xb, w, wide == true, dt == "bf16"
+    if ac ~= "fp32" and dt == "fp32" and w:dtype() == "fp32" and (b == nil or b:dtype() == "fp32") then
+      x2, w2, wide2, bwd16 = xb:to(ac), w:to(ac), true, true
+    elseif ac ~= "fp32" then
+      x2 = nil
+    end
+    if x2 and x2:device() == "cpu" and w2:device() == "cpu" and x2:dtype() == w2:dtype()
+        and (dt == "fp32" or dt == "bf16" or dt == "fp16") and OC * C * k[1] * k[2] > 1 then
+      local oh, ow = G.counts(xb:size(3), xb:size(4), k, s, d, pd)
+      if oh >= 1 and ow >= 1 then
+        -- (the bias added there when the result is fp32, as the add below: an fp32 bias, or a 16-bit one widened)
+        local fb = b ~= nil and (wide or (dt == "fp32" and b:dtype() == "fp32")) and b:to("fp32") or nil
+        out = NN.conv2d_cols(x2, w2, fb, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
+          wide2, bwd16)
+        if wide then return out:to(xb:dtype()) end
+        if b ~= nil and not fb then out = out + b:reshape({ 1, OC, 1, 1 }) end
+        return out
+      end
+    end
     local cols, oh, ow = windows(fname, xb, k, s, { pd[1], pd[3] }, d, 0, { pd[2] - pd[1], pd[4] - pd[3] })
     local K, L = k[1] * k[2], cols:size(4)
-    local out
     local function mm(a, c) if wide then return NN.matmul_wide(a, c) end return a:matmul(c) end
     if g == 1 then
       out = mm(w:reshape({ OC, C * K }), cols:reshape({ N, C * K, L }))                       -- [N, OC, L]
@@ -273,7 +302,18 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     if opts.return_indices then return shaped(out), shaped(at) end
     return shaped(out)
   end
-  local win, oh, ow = windows(fname, xb, k, s, p, d, 0, extra)
+  local pads = { p[1], p[1] + eh, p[2], p[2] + ew }
+  local oh, ow = G.counts(H, W, k, s, d, pads)
+  if oh >= 1 and ow >= 1 and oh * ow > 1 then
+    -- each window's sum and divisor computed directly (core/avg_pool.c: the bits of the columns' sum and division
+    -- below, which a single window per plane keeps: its sum is a contiguous run's, summed in SIMD lanes)
+    out = NN.avg_pool(xb, { k[1], k[2], s[1], s[2], 1, 1, pads[1], pads[2], pads[3], pads[4] },
+      opts.count_include_pad ~= false, opts.divisor_override or 0)
+    out = dims == 2 and out or out:squeeze(3)
+    return unb and out:squeeze(1) or out
+  end
+  local win
+  win, oh, ow = windows(fname, xb, k, s, p, d, 0, extra)
   local K = k[1] * k[2]
   -- how many of each window's positions the average counts: torch's, the padding's (count_include_pad) but never
   -- those past it that ceil_mode's last windows reach
@@ -292,6 +332,8 @@ local function pool(fname, dims, x, kernel_size, opts, is_max)
     out = win:sum(3) / K
   end
   out = dims == 2 and out:reshape({ N, C, oh, ow }) or out:reshape({ N, C, ow })
+  -- (a bf16 or fp16 sum over fp32 counts came out fp32 until 2026-12-06; torch's is the input's dtype)
+  if out:dtype() ~= xb:dtype() then out = out:to(xb:dtype()) end
   return unb and out:squeeze(1) or out
 end
 

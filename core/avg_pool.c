@@ -1,0 +1,216 @@
+/* avg_pool.c — torch's average pooling over [N, C, H, W] planes, computed directly over each window (no columns):
+ * each window's sum divided by its divisor (divisor_override, or the count of its positions inside the counted
+ * region: the input and, with count_include_pad, the padding on each side, never ceil_mode's extra beyond it). The
+ * bits are those of the unfold + sum + divide that lua/fp8/nn/conv.lua was made of until 2026-12-06: the sum in
+ * double in the order of the kernel offsets, in runs of FL_AVG_SUM_RUN offsets added left to right (the CPU
+ * reduction's order over a middle dim, cpu_reduce.c's reduce_strided; the padding's zeros add nothing), rounded to
+ * fp32 and then to x's dtype, divided in fp32 and rounded again. Backward: each window's gradient divided by its
+ * divisor in fp32, added into the window's input positions in the order of the kernel offsets, then the windows
+ * (col2im's order). Computed on the host for every device (host_ops.h), OpenMP over the planes. */
+#include "nn.h"
+#include "ops.h"
+#include "autograd.h"
+#include "format.h"
+#include "host_ops.h"
+#include "window.h"
+#include "profiler.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* the reduction's run of rows (cpu_internal.h's FL_CPU_SUM_ROWS): a window of more offsets sums each run from 0
+ * and adds the runs in order */
+#define FL_AVG_SUM_RUN 256
+
+typedef struct { fl_window g; int64_t h, w, oh, ow, divisor; bool count_pad; } ap_ctx;
+
+/* how many of the positions lo, lo+1, ..., lo+k-1 fall in [a, b) */
+static inline int64_t inside(int64_t lo, int64_t k, int64_t a, int64_t b) {
+    int64_t s = lo > a ? lo : a, e = lo + k < b ? lo + k : b;
+    return e > s ? e - s : 0;
+}
+
+/* the divisors of one row of windows oy: the override, or the count of each window's positions in the region */
+static void divisors(float *dv, const ap_ctx *c, int64_t oy) {
+    const fl_window *g = &c->g;
+    if (c->divisor > 0) {
+        for (int64_t ox = 0; ox < c->ow; ox++) dv[ox] = (float)(double)c->divisor;
+        return;
+    }
+    const int64_t ph = c->count_pad ? g->pt : 0, pw = c->count_pad ? g->pl : 0;
+    const int64_t rows = inside(oy * g->sh - g->pt, g->kh, -ph, c->h + ph);
+    for (int64_t ox = 0; ox < c->ow; ox++)
+        dv[ox] = (float)(double)(rows * inside(ox * g->sw - g->pl, g->kw, -pw, c->w + pw));
+}
+
+/* y [nc, oh, ow] (fp32, each already rounded through dt) = the averages of x [nc, h, w]; 1 if interrupted */
+static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_dtype dt, int *oom) {
+    const fl_window *g = &c->g;
+    const int64_t h = c->h, w = c->w, oh = c->oh, ow = c->ow, K = g->kh * g->kw;
+    const fl_format_traits *f = fl_format(dt);
+    const bool round16 = dt != FL_F32;
+    int stop = 0;
+    #pragma omp parallel for schedule(static) if (nc * oh * ow * K > 32768)
+    for (int64_t p = 0; p < nc; p++) {
+        FL_WIN_POLL(stop)
+        double *acc = malloc((size_t)(2 * ow) * sizeof(double));
+        float *dv = malloc((size_t)ow * sizeof(float));
+        if (!acc || !dv) {
+            free(acc), free(dv);
+            #pragma omp atomic write
+            *oom = 1;
+            continue;
+        }
+        double *part = acc + ow;
+        const float *src = x + p * h * w;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            for (int64_t ox = 0; ox < ow; ox++) acc[ox] = 0, part[ox] = 0;
+            for (int64_t i = 0; i < g->kh; i++) {
+                const int64_t iy = oy * g->sh + i - g->pt;
+                for (int64_t j = 0; j < g->kw; j++) {
+                    const int64_t k = i * g->kw + j;
+                    if (k > 0 && k % FL_AVG_SUM_RUN == 0)   /* (only windows of more than 256 offsets) */
+                        for (int64_t ox = 0; ox < ow; ox++) acc[ox] += part[ox], part[ox] = 0;
+                    if (iy < 0 || iy >= h) continue;
+                    const int64_t offw = j - g->pl;
+                    int64_t lo, hi;
+                    fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
+                    const float *in = src + iy * w + offw;
+                    if (g->sw == 1)
+                        for (int64_t ox = lo; ox < hi; ox++) part[ox] += (double)in[ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++) part[ox] += (double)in[ox * g->sw];
+                }
+            }
+            divisors(dv, c, oy);
+            float *out = y + (p * oh + oy) * ow;
+            for (int64_t ox = 0; ox < ow; ox++) {
+                float sum = (float)(K > FL_AVG_SUM_RUN ? acc[ox] + part[ox] : part[ox]);
+                if (round16) sum = f->to_float(f->from_float(sum, FL_IEEE));   /* the sum's tensor was x's dtype */
+                out[ox] = sum / dv[ox];
+            }
+        }
+        free(acc);
+        free(dv);
+    }
+    return stop;
+}
+
+static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin);
+
+fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, bool count_pad, int64_t divisor) {
+    char s[200];
+    *out = NULL;
+    FL_PROF_SCOPE("avg_pool"); FL_PROF_SHAPES(x);
+    if (fl_format(x->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "avg_pool: %s tensor: call :dequantize() first (FP8 tensors only hold quantized data)",
+                      fl_format(x->dtype)->name);
+    if (x->ndim != 4)
+        return FL_ERR(FL_EINVAL, "avg_pool: expected a 4-D input [N, C, H, W], got %s",
+                      fl_shape_str(s, sizeof s, x->ndim, x->shape));
+    const int64_t pos4[4] = { g->kh, g->kw, g->sh, g->sw };
+    for (int i = 0; i < 4; i++)
+        if (pos4[i] < 1 || pos4[i] >= FL_WIN_MAX)
+            return FL_ERR(FL_EINVAL, "avg_pool: kernel and stride must be in 1..2^31-1, got %lld", (long long)pos4[i]);
+    if (g->dh != 1 || g->dw != 1)
+        return FL_ERR(FL_EINVAL, "avg_pool: dilation must be 1, got %lld×%lld", (long long)g->dh, (long long)g->dw);
+    if (g->pt < 0 || g->pl < 0 || g->pb < g->pt || g->pr < g->pl || g->pb >= FL_WIN_MAX || g->pr >= FL_WIN_MAX)
+        return FL_ERR(FL_EINVAL, "avg_pool: padding top %lld, bottom %lld, left %lld, right %lld: expected top and left "
+                      "in 0..2^31-1, bottom and right at least as large (their excess is ceil_mode's) and below 2^31",
+                      (long long)g->pt, (long long)g->pb, (long long)g->pl, (long long)g->pr);
+    if (divisor < 0)
+        return FL_ERR(FL_EINVAL, "avg_pool: divisor must be >= 1 (0: the count), got %lld", (long long)divisor);
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    const int64_t hp = H + g->pt + g->pb, wp = W + g->pl + g->pr;
+    if (hp < g->kh || wp < g->kw)
+        return FL_ERR(FL_EINVAL, "avg_pool: the %lld×%lld plane padded to %lld×%lld is smaller than the kernel %lld×%lld",
+                      (long long)H, (long long)W, (long long)hp, (long long)wp, (long long)g->kh, (long long)g->kw);
+    const int64_t oh = (hp - g->kh) / g->sh + 1, ow = (wp - g->kw) / g->sw + 1;
+    if (oh > FL_MAX_NUMEL / ow)   /* (checked before the product is formed) */
+        return FL_ERR(FL_EINVAL, "avg_pool: %lld×%lld windows are too many", (long long)oh, (long long)ow);
+    const int64_t shape[4] = { N, C, oh, ow };
+    int64_t numel;
+    FL_TRY(fl_shape_numel("avg_pool", 4, shape, &numel));
+    if (g->kh > FL_MAX_NUMEL / g->kw)
+        return FL_ERR(FL_EINVAL, "avg_pool: a %lld×%lld kernel is too large", (long long)g->kh, (long long)g->kw);
+    ap_ctx cx = { *g, H, W, oh, ow, divisor, count_pad };
+    fl_tensor *hx = NULL, *y = NULL;
+    fl_status st = fl_host_f32_read(&hx, x);
+    if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
+    if (st == FL_OK && numel > 0) {
+        int oom = 0;
+        const int stop = ap_forward(fl_tensor_data(hx), fl_tensor_data(y), N * C, &cx, x->dtype, &oom);
+        if (oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a row of %lld windows", (long long)ow);
+        else st = fl_window_stopped(stop);
+    }
+    fl_tensor_release(hx);
+    if (st == FL_OK) st = fl_host_result(out, y, x->dtype, x->device), y = NULL;
+    fl_tensor_release(y);
+    if (st != FL_OK || !fl_any_requires_grad(1, &x)) return st;
+    ap_ctx *c = malloc(sizeof *c);
+    if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "avg_pool: out of memory"); }
+    *c = cx;
+    fl_node *nd = NULL;
+    st = fl_autograd_record(out, &nd, "AvgPool2DBackward", ap_bwd, 1, &x);
+    if (st != FL_OK) { free(c); return st; }
+    nd->ctx = c;
+    nd->ctx_free = free;
+    st = fl_node_input_stub(nd, 0);   /* its shape alone is read */
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+/* dx: each window's gradient over its divisor, added into its positions in the order kernel offset, then window */
+static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
+    const ap_ctx *c = n->ctx;
+    const fl_window *g = &c->g;
+    const fl_tensor *x = n->inputs[0];
+    const int64_t NC = x->shape[0] * x->shape[1], h = c->h, w = c->w, oh = c->oh, ow = c->ow, L = oh * ow;
+    fl_tensor *hg = NULL, *dx = NULL;
+    fl_status st = fl_host_f32_read(&hg, gy);
+    if (st == FL_OK) st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
+    if (st == FL_OK && NC * h * w > 0 && L > 0) {
+        float *dv = malloc((size_t)L * sizeof *dv);   /* each window's divisor */
+        if (!dv) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for %lld windows' divisors", (long long)L);
+        if (st == FL_OK) for (int64_t oy = 0; oy < oh; oy++) divisors(dv + oy * ow, c, oy);
+        const float *gv = st == FL_OK ? fl_tensor_data(hg) : NULL;
+        float *d = st == FL_OK ? fl_tensor_data(dx) : NULL;
+        int stop = 0, oom = 0;
+        #pragma omp parallel for schedule(static) if (st == FL_OK && NC * L * g->kh * g->kw > 32768)
+        for (int64_t p = 0; p < (st == FL_OK ? NC : 0); p++) {
+            FL_WIN_POLL(stop)
+            float *q = malloc((size_t)L * sizeof *q);
+            if (!q) {
+                #pragma omp atomic write
+                oom = 1;
+                continue;
+            }
+            const float *gp = gv + p * L;
+            for (int64_t l = 0; l < L; l++) q[l] = gp[l] / dv[l];
+            float *dst = d + p * h * w;
+            for (int64_t i = 0; i < g->kh; i++)
+                for (int64_t j = 0; j < g->kw; j++) {
+                    const int64_t offw = j - g->pl;
+                    int64_t lo, hi;
+                    fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
+                    for (int64_t oy = 0; oy < oh; oy++) {
+                        const int64_t iy = oy * g->sh + i - g->pt;
+                        if (iy < 0 || iy >= h) continue;
+                        float *o = dst + iy * w + offw;
+                        const float *row = q + oy * ow;
+                        if (g->sw == 1)
+                            for (int64_t ox = lo; ox < hi; ox++) o[ox] += row[ox];
+                        else
+                            for (int64_t ox = lo; ox < hi; ox++) o[ox * g->sw] += row[ox];
+                    }
+                }
+            free(q);
+        }
+        free(dv);
+        if (st == FL_OK && oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a plane's %lld gradients", (long long)L);
+        if (st == FL_OK) st = fl_window_stopped(stop);
+    }
+    fl_tensor_release(hg);
+    if (st == FL_OK) st = fl_host_result(&gin[0], dx, FL_F32, x->device), dx = NULL;
+    fl_tensor_release(dx);
+    return st;
+}
