@@ -155,7 +155,8 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(dropout_bwd, (const uint8_t *mask, const float *dy, float *dx, int64_t n, float p))                          \
     /* Scaled-dot-product attention on [B, H, T, D] q, k, v; att (B·H·T·T) keeps the probabilities                 \
      * for backward, which overwrites dq, dk, dv. bf16 (bf16 autocast): every GEMM operand (q, k, v, P;            \
-     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h). */        \
+     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h).           \
+     * att NULL: no backward will run and P is not wanted; core/nn.c passes NULL to the CPU device alone. */       \
     X(sdpa_fwd, (const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,     \
                  int64_t T, int64_t D, float scale, bool causal, bool bf16))                                       \
     X(sdpa_bwd, (const float *q, const float *k, const float *v, const float *att, const float *dout, float *dq,   \

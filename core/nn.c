@@ -751,13 +751,16 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     if (st == FL_OK) st = new_like(out, qc, false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
     const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
+    const fl_tensor *ins[3] = { q, k, v };
+    /* no backward to come (no_grad, or no operand requiring grad): the CPU device keeps no probabilities (att NULL:
+     * B·H·T·T floats neither allocated nor written, 2 GB for [16, 8, 2048, ·]; the same bits) */
+    const bool want_att = fl_any_requires_grad(3, ins) || dev != fl_cpu_device();
     bool fused = false;   /* the fused kernels where the device has them: their statistics in att's place */
     if (st == FL_OK) st = sdpa_fused_fwd(dev, qc, kc, vc, *out, &att, scale, causal, bf16, &fused);
-    if (st == FL_OK && !fused) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
+    if (st == FL_OK && !fused && want_att) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
     if (st == FL_OK && !fused)
-        st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16);
+        st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), att ? F(att) : NULL, B, H, T, D, (float)scale, causal, bf16);
     if (st == FL_OK) {
-        const fl_tensor *ins[3] = { q, k, v };
         fl_node *n;
         st = maybe_record(out, &n, "SdpaBackward", sdpa_bwd, 3, ins);
         if (st == FL_OK && n) {

@@ -387,10 +387,10 @@ static inline __attribute__((always_inline)) void fwd_head(const float *q, const
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
-        float *si = att ? att + i0 * T : sc;   /* the tile's rows of S, then P */
+        float *si = att ? att + i0 * T : sc;   /* the tile's rows of S, then P (att NULL, st NULL: P kept nowhere) */
         band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, si, T);   /* S = Q·Kᵀ */
         softmax_tile(si, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep, att ? NULL : st);
-        if (keep) band(wide, mr, D, att + i0 * T, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
+        if (keep) band(wide, mr, D, si, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
         else band(wide, mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);
     }
 }
@@ -471,7 +471,8 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
 #define FWD_HEAD(KEEP)                                                                                                  \
     fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
-             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p ? NULL : J->st + bh * 2 * J->s.T, &J->s, J->scale,    \
+             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p || !J->st ? NULL : J->st + bh * 2 * J->s.T, &J->s,     \
+             J->scale,                                                                                           \
              J->causal, w, KEEP, J->wide)
     if (J->keep) FWD_HEAD(true);
     else FWD_HEAD(false);

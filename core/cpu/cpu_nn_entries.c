@@ -3,6 +3,7 @@
 #include "cpu_internal.h"
 #include "cpu_nn.h"
 #include "cpu_nn_internal.h"
+#include <stdlib.h>
 
 fl_status fl_cpu_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
     if (kind == FL_ACT_RELU) fl_cpu_relu_fwd(x, y, n);
@@ -104,8 +105,21 @@ fl_status fl_cpu_dev_dropout_bwd(const uint8_t *mask, const float *dy, float *dx
     fl_cpu_dropout_bwd(mask, dy, dx, n, p);
     return FL_OK;
 }
+/* att NULL (no backward will read P): fp32 through the per-head kernels keeps each tile's P in the thread's buffer
+ * (the same operations on the same values: the same bits as with att); the other paths write P to a temporary. */
 fl_status fl_cpu_dev_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
                           int64_t T, int64_t D, float scale, bool causal, bool bf16) {
+    if (!att) {
+        const fl_attn_layout l = { 0, T * D, D };   /* contiguous heads, as one batch of B·H (fl_cpu_sdpa_causal_fwd's) */
+        if (!bf16 && B * H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_f32_available() &&
+            fl_cpu_attn_f32_fwd_at(q, k, v, l, out, l, NULL, 1, B * H, T, D, scale, causal) == FL_OK)
+            return FL_OK;
+        float *tmp = malloc((size_t)(B * H * T * T > 0 ? B * H * T * T : 1) * sizeof(float));
+        if (!tmp) return FL_ERR(FL_ENOMEM, "attention: out of memory for %lld probabilities", (long long)(B * H * T * T));
+        fl_cpu_sdpa_causal_fwd(q, k, v, out, tmp, B, H, T, D, scale, causal, bf16);
+        free(tmp);
+        return FL_OK;
+    }
     fl_cpu_sdpa_causal_fwd(q, k, v, out, att, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
