@@ -96,9 +96,14 @@ static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, co
     const fl_device *dev;
     FL_TRY(NN_DEVICE(x, act_fwd, op, &dev));
     fl_tensor *xc;
-    FL_TRY(f32c(&xc, x, op, "input"));
+    /* a contiguous bf16 input read as it is where the device can (its fp32 copy is not made; the same bits) */
+    const bool low = x->dtype == FL_BF16 && dev->act_fwd_bf16 && fl_tensor_is_contiguous(x);
+    if (low) xc = fl_tensor_retain((fl_tensor *)x);
+    else FL_TRY(f32c(&xc, x, op, "input"));
     fl_status st = new_like(out, xc, false);
-    if (st == FL_OK) st = drop_on_error(dev->act_fwd(kind, F(xc), F(*out), fl_tensor_numel(xc)), out);
+    if (st == FL_OK && low)
+        st = drop_on_error(dev->act_fwd_bf16(kind, fl_tensor_data(xc), F(*out), NULL, fl_tensor_numel(xc)), out);
+    else if (st == FL_OK) st = drop_on_error(dev->act_fwd(kind, F(xc), F(*out), fl_tensor_numel(xc)), out);
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, kind == FL_ACT_RELU ? "ReluBackward" : kind == FL_ACT_SILU ? "SiluBackward"
@@ -125,6 +130,39 @@ fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx) {
     return activation(out, x, approx ? FL_ACT_GELU_TANH : FL_ACT_GELU, "gelu");
 }
 fl_status fl_silu(fl_tensor **out, const fl_tensor *x) { return activation(out, x, FL_ACT_SILU, "silu"); }
+
+/* kind(x) of a bf16 x, rounded once to bf16, no node (fl_silu_bf16's; the other kinds would go the same way) */
+static fl_status act_bf16(fl_tensor **out, const fl_tensor *x, fl_act kind) {
+    static const char *const names[FL_ACT_COUNT] = { "relu", "gelu", "gelu", "silu", "sigmoid", "tanh" };
+    *out = NULL;
+    if ((unsigned)kind >= FL_ACT_COUNT) return FL_ERR(FL_EINVAL, "activation: unknown kind %d", (int)kind);
+    const char *op = names[kind];
+    FL_PROF_SCOPE(op); FL_PROF_SHAPES(x);
+    if (x->dtype != FL_BF16)
+        return FL_ERR(FL_EINVAL, "%s: the rounded form takes a bf16 input, got %s", op, fl_format(x->dtype)->name);
+    if (fl_any_requires_grad(1, &x))
+        return FL_ERR(FL_EINVAL, "%s: the rounded form records no gradient; x requires grad (use the fp32 form)", op);
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(x, act_fwd, op, &dev));
+    fl_tensor *xc = NULL, *y = NULL;
+    fl_status st = FL_OK;
+    if (dev->act_fwd_bf16 && fl_tensor_is_contiguous(x)) {
+        st = fl_tensor_empty(out, FL_BF16, x->ndim, x->shape, x->device);
+        if (st == FL_OK)
+            st = drop_on_error(dev->act_fwd_bf16(kind, fl_tensor_data(x), NULL, fl_tensor_data(*out), fl_tensor_numel(x)),
+                               out);
+        return st;
+    }
+    /* the composite: widen, the fp32 kernel, round once */
+    st = f32c(&xc, x, op, "input");
+    if (st == FL_OK) st = new_like(&y, xc, false);
+    if (st == FL_OK) st = dev->act_fwd(kind, F(xc), F(y), fl_tensor_numel(xc));
+    if (st == FL_OK) st = fl_tensor_to(out, y, FL_BF16);
+    fl_tensor_release(xc);
+    fl_tensor_release(y);
+    return st;
+}
+fl_status fl_silu_bf16(fl_tensor **out, const fl_tensor *x) { return act_bf16(out, x, FL_ACT_SILU); }
 
 /* ---- softmax ------------------------------------------------------------------------------ */
 

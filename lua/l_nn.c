@@ -41,6 +41,15 @@ static int l_silu(lua_State *L) {
     return 1;
 }
 
+/* silu_bf16(x): silu of a bf16 x that records no gradient, rounded once to bf16 (F.silu's inference form) */
+static int l_silu_bf16(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    no_extra(L, 2, "silu");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_silu_bf16(slot, x));
+    return 1;
+}
+
 /* gelu(x [, "none"|"tanh"]) */
 static int l_gelu(lua_State *L) {
     static const char *const names[] = { "none", "tanh", NULL };
@@ -325,7 +334,7 @@ static int l_matmul_wide(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"gelu", l_gelu}, {"softmax", l_softmax},
+    {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"_channel_norm", l_channel_norm}, {"_embedding_bag", l_embedding_bag},

@@ -265,6 +265,7 @@ static const fl_device fl_cpu = {
     .amax = fl_cpu_dev_amax,
     .act_fwd = fl_cpu_dev_act_fwd,
     .act_bwd = fl_cpu_dev_act_bwd,
+    .act_fwd_bf16 = fl_cpu_dev_act_fwd_bf16,
     .softmax_fwd = fl_cpu_dev_softmax_fwd,
     .softmax_bwd = fl_cpu_dev_softmax_bwd,
     .cross_entropy_fwd = fl_cpu_dev_cross_entropy_fwd,

@@ -19,6 +19,10 @@ fl_status fl_cpu_dev_act_bwd(fl_act kind, const float *x, const float *dy, float
     else fl_cpu_gelu_bwd(x, dy, dx, n, kind == FL_ACT_GELU_TANH);
     return FL_OK;
 }
+fl_status fl_cpu_dev_act_fwd_bf16(fl_act kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n) {
+    fl_cpu_act_fwd_bf16(kind, x, y, y16, n);
+    return FL_OK;
+}
 fl_status fl_cpu_dev_softmax_fwd(bool log, const float *x, float *y, int64_t rows, int64_t cols) {
     if (log) fl_cpu_log_softmax_fwd(x, y, rows, cols); else fl_cpu_softmax_fwd(x, y, rows, cols);
     return FL_OK;
