@@ -147,6 +147,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
                    int64_t N, int64_t C, int64_t P, int64_t G, float eps))                                         \
     X(chnorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,          \
                    float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G))                   \
+    /* BatchNorm's eval pass over contiguous fp32 x [N, C, P]: y = ((x − mean[c]) / den[c])·w[c] + b[c], each        \
+     * operation rounded as the composite's elementwise ops round it (den = sqrt(var + eps), made by the caller);  \
+     * w, b NULL: that step left out. No backward (core/nn.c records none). NULL entry: the Lua composite. */     \
+    X(chnorm_eval, (const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,  \
+                    int64_t N, int64_t C, int64_t P))                                                              \
     /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
      * into dweight (+=), in index order (deterministic). */                                                       \
     X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \

@@ -458,6 +458,40 @@ fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var
     return st;
 }
 
+fl_status fl_batch_norm_eval(fl_tensor **out, const fl_tensor *x, const fl_tensor *mean, const fl_tensor *den,
+                             const fl_tensor *w, const fl_tensor *b) {
+    *out = NULL;
+    FL_PROF_SCOPE("batch_norm"); FL_PROF_SHAPES(x, mean, den);
+    char a[200], c[200];
+    if (x->ndim < 2) return FL_ERR(FL_EINVAL, "batch_norm: expected an input [N, C, ...], got %s", SHAPE(a, x));
+    if (!mean || !den) return FL_ERR(FL_EINVAL, "batch_norm: the eval kernel needs the mean and the denominator");
+    int64_t N, C, P;
+    ncp(x, &N, &C, &P);
+    const fl_tensor *vs[4] = { mean, den, w, b };
+    static const char *const names[4] = { "running mean", "denominator", "weight", "bias" };
+    for (int i = 0; i < 4; i++)
+        if (vs[i] && (vs[i]->ndim != 1 || vs[i]->shape[0] != C))
+            return FL_ERR(FL_EINVAL, "batch_norm: %s %s does not match input %s (expected [%lld])", names[i],
+                          SHAPE(a, vs[i]), SHAPE(c, x), (long long)C);
+    const fl_tensor *all[5] = { x, mean, den, w, b };
+    if (fl_any_requires_grad(5, all))
+        return FL_ERR(FL_EINVAL, "batch_norm: the eval kernel records no gradient, and an argument requires grad");
+    FL_TRY(same_device("batch_norm", 5, all));
+    const fl_device *dev = fl_device_get(x->device);
+    if (!dev) return FL_ERR(FL_EDEVICE, "batch_norm: device %s is not available", fl_device_name(x->device));
+    if (!dev->chnorm_eval) return FL_ERR(FL_EUNSUPPORTED, "batch_norm's eval kernel is not supported on %s", dev->name);
+    fl_tensor *t[5] = { NULL, NULL, NULL, NULL, NULL };
+    fl_status st = FL_OK;
+    for (int i = 0; i < 5 && st == FL_OK; i++)
+        if (all[i]) st = f32c(&t[i], all[i], "batch_norm", i ? names[i - 1] : "input");
+    if (st == FL_OK) st = new_like(out, t[0], false);
+    if (st == FL_OK)
+        st = drop_on_error(dev->chnorm_eval(F(t[0]), F(t[1]), F(t[2]), t[3] ? F(t[3]) : NULL, t[4] ? F(t[4]) : NULL,
+                                            F(*out), N, C, P), out);
+    for (int i = 0; i < 5; i++) fl_tensor_release(t[i]);
+    return st;
+}
+
 fl_status fl_layer_norm_fp8(fl_tensor **y, fl_tensor **q, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                             double eps, fl_dtype fmt, const float *scale, int margin, bool pow2) {
     *y = NULL;

@@ -277,6 +277,7 @@ static const fl_device fl_cpu = {
     .layernorm_quantize = fl_cpu_dev_layernorm_quantize,
     .chnorm_fwd = fl_cpu_dev_chnorm_fwd,
     .chnorm_bwd = fl_cpu_dev_chnorm_bwd,
+    .chnorm_eval = fl_cpu_dev_chnorm_eval,
     .embedding_fwd = fl_cpu_dev_embedding_fwd,
     .embedding_bwd = fl_cpu_dev_embedding_bwd,
     .dropout_fwd = fl_cpu_dev_dropout_fwd,

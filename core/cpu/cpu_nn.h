@@ -99,6 +99,9 @@ fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, floa
                             float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps);
 fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                             float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G);
+/* BatchNorm's eval pass (device.h's chnorm_eval): y = ((x − mean[c]) / den[c])·w[c] + b[c] over x [N, C, P]. */
+void fl_cpu_chnorm_eval(const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,
+                        int64_t N, int64_t C, int64_t P);
 /* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds
  * dy rows into dweight (+=). */
 fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y);

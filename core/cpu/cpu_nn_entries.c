@@ -200,6 +200,11 @@ fl_status fl_cpu_dev_chnorm_fwd(const float *x, const float *w, const float *b, 
                                 float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps) {
     return fl_cpu_chnorm_fwd(x, w, b, y, mean, rstd, var, N, C, P, G, eps);
 }
+fl_status fl_cpu_dev_chnorm_eval(const float *x, const float *mean, const float *den, const float *w, const float *b,
+                                 float *y, int64_t N, int64_t C, int64_t P) {
+    fl_cpu_chnorm_eval(x, mean, den, w, b, y, N, C, P);
+    return FL_OK;
+}
 fl_status fl_cpu_dev_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                                 float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G) {
     return fl_cpu_chnorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, P, G);

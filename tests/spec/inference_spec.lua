@@ -99,3 +99,76 @@ describe("attention without probabilities under no_grad", function()
     end
   end)
 end)
+
+describe("BatchNorm's eval pass in one kernel", function()
+  -- the composite of lua/fp8/nn/batch_norm.lua before stop 92 (its eval branch), kept as the reference
+  local function ref(x, rm, rv, w, b, eps)
+    local low = x:dtype() ~= "fp32" and x:dtype() or nil
+    if low then x = x:to("fp32") end
+    local bshape = { 1, x:size(2) }
+    for _ = 3, x:dim() do bshape[#bshape + 1] = 1 end
+    local y = (x - rm:reshape(bshape)) / (rv:reshape(bshape) + eps):sqrt()
+    if w ~= nil then y = y * w:reshape(bshape) end
+    if b ~= nil then y = y + b:reshape(bshape) end
+    return low and y:to(low) or y
+  end
+
+  it("gives the composite's bits: shapes, affine or not, eps, bf16, zeros, infinities, NaN, zero variances", function()
+    local shapes = { { 7, 5 }, { 3, 4, 9 }, { 2, 3, 5, 7 }, { 1, 16, 1 }, { 4, 2, 3, 2, 2 } }
+    for si, s in ipairs(shapes) do
+      local C = s[2]
+      local x = fp8.randn(s) * 3
+      if si == 2 then   -- specials in the input
+        x = x:reshape(-1)
+        local n = x:numel()
+        local sp = fp8.tensor { 0, -0.0, math.huge, -math.huge, 0 / 0, 1e-40, -1e-40 }
+        x = fp8.cat({ sp, x:narrow(1, 1, n - 7) }, 1):reshape(s)
+      end
+      local rm, rv = fp8.randn { C }, fp8.rand { C } * 2
+      if si == 3 then rv = fp8.cat({ fp8.zeros { 1 }, rv:narrow(1, 2, C - 1) }, 1) end   -- a zero variance
+      if si == 2 then rm = fp8.zeros { C } end   -- (−0 − 0) / d · w: signed zeros that an added +0 would lose
+      for _, eps in ipairs { 1e-5, 0, 0.3 } do
+        for _, affine in ipairs { { true, true }, { true, false }, { false, true }, { false, false } } do
+          local w = affine[1] and fp8.randn { C } or nil
+          local b = affine[2] and fp8.randn { C } or nil
+          local name = ("shape %d eps %g w %s b %s"):format(si, eps, tostring(affine[1]), tostring(affine[2]))
+          local y = fp8.no_grad(function() return F.batch_norm(x, rm, rv, w, b, false, 0.1, eps) end)
+          same_bits(name, y, ref(x, rm, rv, w, b, eps))
+          local xb = x:to("bf16")
+          same_bits(name .. " bf16", fp8.no_grad(function() return F.batch_norm(xb, rm, rv, w, b, false, 0.1, eps) end),
+            ref(xb, rm, rv, w, b, eps))
+        end
+      end
+    end
+  end)
+
+  it("nn.BatchNorm2d in eval mode under no_grad, and its composite with gradients", function()
+    local bn = nn.BatchNorm2d(6)
+    local x = fp8.randn { 4, 6, 5, 5 }
+    bn(x)   -- training: running statistics that are not 0 and 1
+    bn:eval()
+    local want = ref(x, bn.running_mean, bn.running_var, bn.weight:detach(), bn.bias:detach(), bn.eps)
+    same_bits("eval no_grad", fp8.no_grad(function() return bn(x) end), want)
+    local xg = x:detach():requires_grad_(true)
+    local y = bn(xg)   -- grad mode: the composite, with its gradients
+    same_bits("eval with grad", y:detach(), want)
+    y:sum():backward()
+    assert.is_not_nil(xg.grad)
+    assert.is_not_nil(bn.weight.grad)
+  end)
+
+  it("the core's kernel checks its arguments", function()
+    local C = require("fp8.core")._nn
+    local x, m, d = fp8.randn { 2, 3, 4 }, fp8.zeros { 3 }, fp8.ones { 3 }
+    assert.has_error(function() C._batch_norm_eval(fp8.randn { 3 }, m, d) end,
+      "batch_norm: expected an input [N, C, ...], got [3]")
+    assert.has_error(function() C._batch_norm_eval(x, fp8.zeros { 4 }, d) end,
+      "batch_norm: running mean [4] does not match input [2, 3, 4] (expected [3])")
+    assert.has_error(function() C._batch_norm_eval(x, m, d, fp8.ones { 2 }) end,
+      "batch_norm: weight [2] does not match input [2, 3, 4] (expected [3])")
+    assert.has_error(function() C._batch_norm_eval(x:detach():requires_grad_(true), m, d) end,
+      "batch_norm: the eval kernel records no gradient, and an argument requires grad")
+    assert.has_error(function() C._batch_norm_eval(x, m) end)
+    assert.has_error(function() C._batch_norm_eval(x, m, d, nil, nil, 1) end)
+  end)
+end)
