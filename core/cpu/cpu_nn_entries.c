@@ -110,7 +110,8 @@ fl_status fl_cpu_dev_dropout_bwd(const uint8_t *mask, const float *dy, float *dx
     return FL_OK;
 }
 /* att NULL (no backward will read P): fp32 through the per-head kernels keeps each tile's P in the thread's buffer
- * (the same operations on the same values: the same bits as with att); the other paths write P to a temporary. */
+ * (the same operations on the same values: the same bits as with att), bf16 runs the statistics form (B·H·T·2 floats
+ * of a temporary; the same bits as with P), the other paths write P to a temporary. */
 fl_status fl_cpu_dev_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
                           int64_t T, int64_t D, float scale, bool causal, bool bf16) {
     if (!att) {
@@ -118,6 +119,13 @@ fl_status fl_cpu_dev_sdpa_fwd(const float *q, const float *k, const float *v, fl
         if (!bf16 && B * H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_f32_available() &&
             fl_cpu_attn_f32_fwd_at(q, k, v, l, out, l, NULL, 1, B * H, T, D, scale, causal) == FL_OK)
             return FL_OK;
+        if (bf16 && B * H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_bf16_stats_available()) {
+            float *st = malloc((size_t)(B * H * T * 2) * sizeof(float));
+            const fl_attn_layout h = { H * T * D, T * D, D };
+            const bool done = st && fl_cpu_attn_bf16_stats_fwd_at(q, k, v, h, out, h, st, B, H, T, D, scale, causal) == FL_OK;
+            free(st);
+            if (done) return FL_OK;
+        }
         float *tmp = malloc((size_t)(B * H * T * T > 0 ? B * H * T * T : 1) * sizeof(float));
         if (!tmp) return FL_ERR(FL_ENOMEM, "attention: out of memory for %lld probabilities", (long long)(B * H * T * T));
         fl_cpu_sdpa_causal_fwd(q, k, v, out, tmp, B, H, T, D, scale, causal, bf16);
