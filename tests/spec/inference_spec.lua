@@ -36,12 +36,13 @@ describe("bf16 activations without an fp32 copy", function()
   -- the fp32 copy the ops made before, kept as the reference
   local xw = x:to("fp32")
 
-  it("gelu (exact and tanh) of every bf16 value: the fp32 result of the widened input, bit for bit", function()
+  it("gelu (exact and tanh) and relu of every bf16 value: the fp32 result of the widened input, bit for bit", function()
     for _, a in ipairs { "none", "tanh" } do
       same_bits("gelu " .. a, F.gelu(x, a), F.gelu(xw, a))
       same_bits("gelu " .. a .. " no_grad", fp8.no_grad(function() return F.gelu(x, a) end), F.gelu(xw, a))
       same_bits("nn.GELU " .. a, nn.GELU(a)(x), F.gelu(xw, a))
     end
+    same_bits("relu", F.relu(x), F.relu(xw))   -- (the core's relu takes the same read)
   end)
 
   it("silu of every bf16 value under no_grad: the fp32 result rounded once, bit for bit", function()
