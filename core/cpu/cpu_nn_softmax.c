@@ -207,7 +207,8 @@ void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows
 #define STREAM_MIN_BYTES (8 << 20)
 
 void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
-    const bool wide = fl_cpu_avx512(), stream = (double)rows * (double)cols * 4.0 > STREAM_MIN_BYTES;
+    /* (rows shorter than 1024 stream too little of each row to pay for its fence) */
+    const bool wide = fl_cpu_avx512(), stream = (double)rows * (double)cols * 4.0 > STREAM_MIN_BYTES && cols >= 1024;
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
