@@ -109,6 +109,9 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(act_fwd, (fl_act kind, const float *x, float *y, int64_t n))                                                 \
     /* act_bwd's x: GELU's input; ReLU's output (its input gives the same). */                                   \
     X(act_bwd, (fl_act kind, const float *x, const float *dy, float *dx, int64_t n))                               \
+    /* act_fwd of a bf16 x without an fp32 copy of it: the bits of act_fwd on x widened, written as fp32 to y, or  \
+     * (y NULL) rounded once to bf16 in y16 as the fp32 → bf16 cast rounds. NULL: core/nn.c widens x itself. */   \
+    X(act_fwd_bf16, (fl_act kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n))                          \
     /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */                       \
     X(softmax_fwd, (bool log, const float *x, float *y, int64_t rows, int64_t cols))                               \
     X(softmax_bwd, (bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols))             \
@@ -144,6 +147,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
                    int64_t N, int64_t C, int64_t P, int64_t G, float eps))                                         \
     X(chnorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,          \
                    float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G))                   \
+    /* BatchNorm's eval pass over contiguous fp32 x [N, C, P]: y = ((x − mean[c]) / den[c])·w[c] + b[c], each        \
+     * operation rounded as the composite's elementwise ops round it (den = sqrt(var + eps), made by the caller);  \
+     * w, b NULL: that step left out. No backward (core/nn.c records none). NULL entry: the Lua composite. */     \
+    X(chnorm_eval, (const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,  \
+                    int64_t N, int64_t C, int64_t P))                                                              \
     /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
      * into dweight (+=), in index order (deterministic). */                                                       \
     X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \
@@ -155,7 +163,8 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(dropout_bwd, (const uint8_t *mask, const float *dy, float *dx, int64_t n, float p))                          \
     /* Scaled-dot-product attention on [B, H, T, D] q, k, v; att (B·H·T·T) keeps the probabilities                 \
      * for backward, which overwrites dq, dk, dv. bf16 (bf16 autocast): every GEMM operand (q, k, v, P;            \
-     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h). */        \
+     * dO, dS) rounded to bf16, fp32 accumulation; softmax and its backward in fp32 (core/cpu/cpu_nn.h).           \
+     * att NULL: no backward will run and P is not wanted; core/nn.c passes NULL to the CPU device alone. */       \
     X(sdpa_fwd, (const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,     \
                  int64_t T, int64_t D, float scale, bool causal, bool bf16))                                       \
     X(sdpa_bwd, (const float *q, const float *k, const float *v, const float *att, const float *dout, float *dq,   \

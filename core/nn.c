@@ -96,9 +96,14 @@ static fl_status activation(fl_tensor **out, const fl_tensor *x, fl_act kind, co
     const fl_device *dev;
     FL_TRY(NN_DEVICE(x, act_fwd, op, &dev));
     fl_tensor *xc;
-    FL_TRY(f32c(&xc, x, op, "input"));
+    /* a contiguous bf16 input read as it is where the device can (its fp32 copy is not made; the same bits) */
+    const bool low = x->dtype == FL_BF16 && dev->act_fwd_bf16 && fl_tensor_is_contiguous(x);
+    if (low) xc = fl_tensor_retain((fl_tensor *)x);
+    else FL_TRY(f32c(&xc, x, op, "input"));
     fl_status st = new_like(out, xc, false);
-    if (st == FL_OK) st = drop_on_error(dev->act_fwd(kind, F(xc), F(*out), fl_tensor_numel(xc)), out);
+    if (st == FL_OK && low)
+        st = drop_on_error(dev->act_fwd_bf16(kind, fl_tensor_data(xc), F(*out), NULL, fl_tensor_numel(xc)), out);
+    else if (st == FL_OK) st = drop_on_error(dev->act_fwd(kind, F(xc), F(*out), fl_tensor_numel(xc)), out);
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, kind == FL_ACT_RELU ? "ReluBackward" : kind == FL_ACT_SILU ? "SiluBackward"
@@ -125,6 +130,39 @@ fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx) {
     return activation(out, x, approx ? FL_ACT_GELU_TANH : FL_ACT_GELU, "gelu");
 }
 fl_status fl_silu(fl_tensor **out, const fl_tensor *x) { return activation(out, x, FL_ACT_SILU, "silu"); }
+
+/* kind(x) of a bf16 x, rounded once to bf16, no node (fl_silu_bf16's; the other kinds would go the same way) */
+static fl_status act_bf16(fl_tensor **out, const fl_tensor *x, fl_act kind) {
+    static const char *const names[FL_ACT_COUNT] = { "relu", "gelu", "gelu", "silu", "sigmoid", "tanh" };
+    *out = NULL;
+    if ((unsigned)kind >= FL_ACT_COUNT) return FL_ERR(FL_EINVAL, "activation: unknown kind %d", (int)kind);
+    const char *op = names[kind];
+    FL_PROF_SCOPE(op); FL_PROF_SHAPES(x);
+    if (x->dtype != FL_BF16)
+        return FL_ERR(FL_EINVAL, "%s: the rounded form takes a bf16 input, got %s", op, fl_format(x->dtype)->name);
+    if (fl_any_requires_grad(1, &x))
+        return FL_ERR(FL_EINVAL, "%s: the rounded form records no gradient; x requires grad (use the fp32 form)", op);
+    const fl_device *dev;
+    FL_TRY(NN_DEVICE(x, act_fwd, op, &dev));
+    fl_tensor *xc = NULL, *y = NULL;
+    fl_status st = FL_OK;
+    if (dev->act_fwd_bf16 && fl_tensor_is_contiguous(x)) {
+        st = fl_tensor_empty(out, FL_BF16, x->ndim, x->shape, x->device);
+        if (st == FL_OK)
+            st = drop_on_error(dev->act_fwd_bf16(kind, fl_tensor_data(x), NULL, fl_tensor_data(*out), fl_tensor_numel(x)),
+                               out);
+        return st;
+    }
+    /* the composite: widen, the fp32 kernel, round once */
+    st = f32c(&xc, x, op, "input");
+    if (st == FL_OK) st = new_like(&y, xc, false);
+    if (st == FL_OK) st = dev->act_fwd(kind, F(xc), F(y), fl_tensor_numel(xc));
+    if (st == FL_OK) st = fl_tensor_to(out, y, FL_BF16);
+    fl_tensor_release(xc);
+    fl_tensor_release(y);
+    return st;
+}
+fl_status fl_silu_bf16(fl_tensor **out, const fl_tensor *x) { return act_bf16(out, x, FL_ACT_SILU); }
 
 /* ---- softmax ------------------------------------------------------------------------------ */
 
@@ -417,6 +455,40 @@ fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var
     }
     fl_tensor_release(mean); fl_tensor_release(var);
     fl_tensor_release(*out); *out = NULL;
+    return st;
+}
+
+fl_status fl_batch_norm_eval(fl_tensor **out, const fl_tensor *x, const fl_tensor *mean, const fl_tensor *den,
+                             const fl_tensor *w, const fl_tensor *b) {
+    *out = NULL;
+    FL_PROF_SCOPE("batch_norm"); FL_PROF_SHAPES(x, mean, den);
+    char a[200], c[200];
+    if (x->ndim < 2) return FL_ERR(FL_EINVAL, "batch_norm: expected an input [N, C, ...], got %s", SHAPE(a, x));
+    if (!mean || !den) return FL_ERR(FL_EINVAL, "batch_norm: the eval kernel needs the mean and the denominator");
+    int64_t N, C, P;
+    ncp(x, &N, &C, &P);
+    const fl_tensor *vs[4] = { mean, den, w, b };
+    static const char *const names[4] = { "running mean", "denominator", "weight", "bias" };
+    for (int i = 0; i < 4; i++)
+        if (vs[i] && (vs[i]->ndim != 1 || vs[i]->shape[0] != C))
+            return FL_ERR(FL_EINVAL, "batch_norm: %s %s does not match input %s (expected [%lld])", names[i],
+                          SHAPE(a, vs[i]), SHAPE(c, x), (long long)C);
+    const fl_tensor *all[5] = { x, mean, den, w, b };
+    if (fl_any_requires_grad(5, all))
+        return FL_ERR(FL_EINVAL, "batch_norm: the eval kernel records no gradient, and an argument requires grad");
+    FL_TRY(same_device("batch_norm", 5, all));
+    const fl_device *dev = fl_device_get(x->device);
+    if (!dev) return FL_ERR(FL_EDEVICE, "batch_norm: device %s is not available", fl_device_name(x->device));
+    if (!dev->chnorm_eval) return FL_ERR(FL_EUNSUPPORTED, "batch_norm's eval kernel is not supported on %s", dev->name);
+    fl_tensor *t[5] = { NULL, NULL, NULL, NULL, NULL };
+    fl_status st = FL_OK;
+    for (int i = 0; i < 5 && st == FL_OK; i++)
+        if (all[i]) st = f32c(&t[i], all[i], "batch_norm", i ? names[i - 1] : "input");
+    if (st == FL_OK) st = new_like(out, t[0], false);
+    if (st == FL_OK)
+        st = drop_on_error(dev->chnorm_eval(F(t[0]), F(t[1]), F(t[2]), t[3] ? F(t[3]) : NULL, t[4] ? F(t[4]) : NULL,
+                                            F(*out), N, C, P), out);
+    for (int i = 0; i < 5; i++) fl_tensor_release(t[i]);
     return st;
 }
 
@@ -751,13 +823,16 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     if (st == FL_OK) st = new_like(out, qc, false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
     const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */
+    const fl_tensor *ins[3] = { q, k, v };
+    /* no backward to come (no_grad, or no operand requiring grad): the CPU device keeps no probabilities (att NULL:
+     * B·H·T·T floats neither allocated nor written, 2 GB for [16, 8, 2048, ·]; the same bits) */
+    const bool want_att = fl_any_requires_grad(3, ins) || dev != fl_cpu_device();
     bool fused = false;   /* the fused kernels where the device has them: their statistics in att's place */
     if (st == FL_OK) st = sdpa_fused_fwd(dev, qc, kc, vc, *out, &att, scale, causal, bf16, &fused);
-    if (st == FL_OK && !fused) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
+    if (st == FL_OK && !fused && want_att) st = fl_tensor_empty(&att, FL_F32, 4, as, q->device);
     if (st == FL_OK && !fused)
-        st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), F(att), B, H, T, D, (float)scale, causal, bf16);
+        st = dev->sdpa_fwd(F(qc), F(kc), F(vc), F(*out), att ? F(att) : NULL, B, H, T, D, (float)scale, causal, bf16);
     if (st == FL_OK) {
-        const fl_tensor *ins[3] = { q, k, v };
         fl_node *n;
         st = maybe_record(out, &n, "SdpaBackward", sdpa_bwd, 3, ins);
         if (st == FL_OK && n) {

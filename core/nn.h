@@ -19,6 +19,9 @@ fl_status fl_relu(fl_tensor **out, const fl_tensor *x);
 fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx);
 /* x·sigmoid(x), one node (its backward from the input) */
 fl_status fl_silu(fl_tensor **out, const fl_tensor *x);
+/* silu of a bf16 x computed in fp32 and rounded once to bf16, with no node (FL_EINVAL when x requires grad): the
+ * bits of fl_silu on x, then the cast to bf16, in one pass where the device has act_fwd_bf16. */
+fl_status fl_silu_bf16(fl_tensor **out, const fl_tensor *x);
 /* Over the last dim. */
 fl_status fl_softmax(fl_tensor **out, const fl_tensor *x);
 fl_status fl_log_softmax(fl_tensor **out, const fl_tensor *x);
@@ -43,6 +46,11 @@ fl_status fl_layer_norm_fp8(fl_tensor **y, fl_tensor **q, const fl_tensor *x, co
  * or [C], var biased (not differentiable). FL_EUNSUPPORTED where the device has no chnorm entries. */
 fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var_out, const fl_tensor *x,
                           const fl_tensor *w, const fl_tensor *b, int64_t groups, double eps);
+/* BatchNorm's eval pass of x [N, C, ...] with given statistics, as fp32: y = ((x − mean) / den)·w + b per channel,
+ * each operation rounded as the elementwise ops round it; mean, den (= sqrt(running_var + eps)), w, b [C], w and b
+ * may be NULL. No node: FL_EINVAL when an argument requires grad. FL_EUNSUPPORTED where the device has no kernel. */
+fl_status fl_batch_norm_eval(fl_tensor **out, const fl_tensor *x, const fl_tensor *mean, const fl_tensor *den,
+                             const fl_tensor *w, const fl_tensor *b);
 /* idx [...] integral values in [0, vocab), weight [vocab, dim] → [..., dim] */
 fl_status fl_embedding(fl_tensor **out, const fl_tensor *idx, const fl_tensor *weight);
 /* Inverted dropout. Not training or p == 0: x itself (retained). rng NULL: fl_default_rng(); its

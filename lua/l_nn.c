@@ -41,6 +41,15 @@ static int l_silu(lua_State *L) {
     return 1;
 }
 
+/* silu_bf16(x): silu of a bf16 x that records no gradient, rounded once to bf16 (F.silu's inference form) */
+static int l_silu_bf16(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    no_extra(L, 2, "silu");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_silu_bf16(slot, x));
+    return 1;
+}
+
 /* gelu(x [, "none"|"tanh"]) */
 static int l_gelu(lua_State *L) {
     static const char *const names[] = { "none", "tanh", NULL };
@@ -147,6 +156,17 @@ static int l_channel_norm(lua_State *L) {
     fl_tensor **y = fl_lnewbox(L), **mean = fl_lnewbox(L), **var = fl_lnewbox(L);
     FL_LCALL(L, fl_channel_norm(y, mean, var, x, w, b, (int64_t)g, eps));
     return 3;
+}
+
+/* _batch_norm_eval(x, mean, den, w|nil, b|nil) -> y: fl_batch_norm_eval, BatchNorm's eval pass with no gradient to
+ * record (lua/fp8/nn/batch_norm.lua) for the devices that have its kernel */
+static int l_batch_norm_eval(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *mean = fl_lchecktensor(L, 2), *den = fl_lchecktensor(L, 3);
+    fl_tensor *w = opt_tensor(L, 4), *b = opt_tensor(L, 5);
+    no_extra(L, 6, "_batch_norm_eval");
+    fl_tensor **y = fl_lnewbox(L);
+    FL_LCALL(L, fl_batch_norm_eval(y, x, mean, den, w, b));
+    return 1;
 }
 
 /* _embedding_bag(ids, weight, starts, mode, pad [, psw]) -> [B, D]: fl_embedding_bag, EmbeddingBag's paths
@@ -400,10 +420,10 @@ static int l_matmul_wide(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"gelu", l_gelu}, {"softmax", l_softmax},
+    {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
-    {"_channel_norm", l_channel_norm}, {"_embedding_bag", l_embedding_bag},
+    {"_channel_norm", l_channel_norm}, {"_batch_norm_eval", l_batch_norm_eval}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},
     {"im2col", l_im2col}, {"col2im", l_col2im}, {"conv_depthwise", l_conv_depthwise}, {"resample", l_resample},

@@ -23,6 +23,9 @@ void fl_cpu_gelu_tanh_fwd_serial(const float *x, float *y, int64_t n);          
 void fl_cpu_gelu_tanh_bwd_serial(const float *x, const float *dy, float *dx, int64_t n);   /* no OpenMP region */
 /* SiLU: y = x·σ(x); dx = dy·σ(x)(1 + x(1 − σ(x))) */
 void fl_cpu_silu_fwd(const float *x, float *y, int64_t n);
+/* The forward of any activation kind on a bf16 x, read a span at a time (no fp32 copy of x): y (fp32) or, with y
+ * NULL, y16 (bf16, rounded once by fl_f32_to_bf16_n, the cast's rounding); the bits of the fp32 kernel on x widened. */
+void fl_cpu_act_fwd_bf16(int kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n);   /* kind: an fl_act */
 void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n);
 /* sigmoid or tanh (cpu_vmath.h), and their backward from the output y: dx = dy·((1 − y)·y) or dy·(1 − y·y) */
 void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n);
@@ -96,6 +99,9 @@ fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, floa
                             float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps);
 fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                             float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G);
+/* BatchNorm's eval pass (device.h's chnorm_eval): y = ((x − mean[c]) / den[c])·w[c] + b[c] over x [N, C, P]. */
+void fl_cpu_chnorm_eval(const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,
+                        int64_t N, int64_t C, int64_t P);
 /* Embedding: y[i,:] = weight[idx[i],:]; idx as floats holding integers in [0, vocab). Backward adds
  * dy rows into dweight (+=). */
 fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y);

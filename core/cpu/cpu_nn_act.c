@@ -228,6 +228,36 @@ void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
 
 FL_VM_MAPS(fl_vm_sigmoid)
 FL_VM_MAPS(fl_vm_tanh)
+
+/* One span of a bf16 input: widened (exactly) into a buffer in L1, the fp32 kernel's span on it, the result written
+ * as fp32 or rounded once to bf16: the fp32 kernel's bits on the widened tensor, without its fp32 copy in memory. */
+#define ACT_LOW_SPAN 1024
+static void act_bf16_span(int kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n, bool wide) {
+    float xb[ACT_LOW_SPAN] __attribute__((aligned(64))), yb[ACT_LOW_SPAN] __attribute__((aligned(64)));
+    for (int64_t k0 = 0; k0 < n; k0 += ACT_LOW_SPAN) {
+        const int64_t m = n - k0 < ACT_LOW_SPAN ? n - k0 : ACT_LOW_SPAN;
+        float *yo = y ? y + k0 : yb;
+        fl_bf16_to_f32_n(x + k0, xb, (size_t)m);
+        switch (kind) {
+        case FL_ACT_RELU:
+            for (int64_t i = 0; i < m; i++) yo[i] = !(xb[i] <= 0.0f) ? xb[i] : 0.0f;   /* fl_cpu_relu_fwd's */
+            break;
+        case FL_ACT_GELU: map_gelu_erf1(xb, yo, m, wide); break;
+        case FL_ACT_GELU_TANH:
+            if (wide) gelu_tanh_fwd_span512(xb, yo, m); else gelu_tanh_fwd_span(xb, yo, m);
+            break;
+        case FL_ACT_SILU: map_fl_vm_silu(xb, yo, m, wide); break;
+        case FL_ACT_SIGMOID: map_fl_vm_sigmoid(xb, yo, m, wide); break;
+        default: map_fl_vm_tanh(xb, yo, m, wide); break;
+        }
+        if (!y) fl_f32_to_bf16_n(yb, y16 + k0, (size_t)m);
+    }
+}
+
+void fl_cpu_act_fwd_bf16(int kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n) {
+    const bool wide = fl_cpu_avx512();
+    ACT_SPANS(act_bf16_span(kind, x + i0, y ? y + i0 : NULL, y ? NULL : y16 + i0, len, wide));
+}
 void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n) {
     const bool wide = fl_cpu_avx512();
     ACT_SPANS(if (tanh_) map_fl_vm_tanh(x + i0, y + i0, len, wide);

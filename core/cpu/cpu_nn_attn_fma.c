@@ -11,7 +11,8 @@
  * its sum by the FMA, and the products with P read it where the softmax left it (att) instead of a rounded copy;
  * fwd_head and bwd_head are inlined into one copy per family.
  * Where the CPU has AVX-512 the products run on 16 lanes (band512), each sum in the same order, so the same bits as on
- * 8; the row passes and the packers stay on 8. On the Xeon with AMX (its AVX-512 FMAs) that made a call of the GPT's
+ * 8; so do the softmax's exponentials (since stop 92: each row's sum added in the 8-lane order, exp_row16), the
+ * other row passes and the packers stay on 8. On the Xeon with AMX (its AVX-512 FMAs) that made a call of the GPT's
  * bf16 attention take 0.89-0.98 of its time at T 128 and 0.80-0.91 at T 512, and fp32 attention faster than oneDNN's
  * batched GEMMs, which ran it there before (docs/performance.md, "Attention's products on 16 lanes").
  * bf16 attention also has the statistics form here (fl_cpu_attn_fma_stats_*), as cpu_nn_attn_bf16.c has: each row's max
@@ -214,6 +215,45 @@ static inline void store_n(float *p, int64_t n, __m256 v) {
     else _mm256_maskstore_ps(p, fl_avx2_lanes(n), v);
 }
 
+/* exp8 on 16 lanes, operation for operation (2^k by the same two factors): the same bits per lane. */
+FL_CPU_AVX512 static inline __m512 exp16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), c = _mm512_set1_ps(12582912.0f);
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), c), c);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    const __m512i ki = _mm512_cvttps_epi32(k), k1 = _mm512_srai_epi32(ki, 1), b = _mm512_set1_epi32(127);
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, b), 23));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ki, k1), b), 23));
+    y = _mm512_mul_ps(_mm512_mul_ps(y, s1), s2);
+    y = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* softmax_tile's exponential pass for one row on 16 lanes: r[j] ← e^(scale·r[j] − m) over j < n (stored there only),
+ * and Σ in softmax_tile's 8-lane order: each 16's lower half, then its upper half (zeros past n, as the 8-lane
+ * loop's masked lanes, and a +0 added to a lane changes nothing). Returns the 8 lanes' sum vector. */
+FL_CPU_AVX512 static __m256 exp_row16(float *r, int64_t n, float scale, __m256 m8) {
+    const __m512 sc = _mm512_set1_ps(scale), m = _mm512_broadcast_f32x8(m8);
+    __m256 vs = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 mk = fl_avx512_lanes(n - j);
+        const __m512 e = _mm512_maskz_mov_ps(mk, exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, r + j), sc), m)));
+        _mm512_mask_storeu_ps(r + j, mk, e);
+        vs = _mm256_add_ps(vs, _mm512_castps512_ps256(e));
+        vs = _mm256_add_ps(vs, _mm512_extractf32x8_ps(e, 1));
+    }
+    return vs;
+}
+
 /* Rows [i0, i1) (at most MR) of a head's [T, T] scores, s pointing at row i0 (rows T apart): s[i, j] ←
  * softmax_j(scale·s[i, j]) over j < n_i (i + 1 when causal, else T), exact zeros for j in [n_i, T)
  * (attn_softmax_row of cpu_nn_internal.h, with tree reductions), and (!keep: the bf16 family) row i of pr (ldp
@@ -221,7 +261,7 @@ static inline void store_n(float *p, int64_t n, __m256 v) {
  * reads P from s itself. The rows go through each step together so that their reductions overlap. st (or NULL):
  * each row's max and 1/Σ at st[2i], st[2i + 1], from which softmax_redo makes the same row. */
 static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal, float scale, float *pr, int64_t ldp,
-                         int64_t w, bool keep, float *st) {
+                         int64_t w, bool keep, float *st, bool wide) {
     const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     __m256 m[MR], inv[MR];
     for (int64_t i = i0; i < i1; i++) {
@@ -239,12 +279,14 @@ static void softmax_tile(float *s, int64_t i0, int64_t i1, int64_t T, int causal
         const int64_t n = causal ? i + 1 : T;
         float *r = s + (i - i0) * T;
         __m256 vs = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n; j += 8) {
-            __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc), m[i - i0]));
-            if (n - j < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
-            store_n(r + j, T - j, e);
-            vs = _mm256_add_ps(vs, e);
-        }
+        if (wide) vs = exp_row16(r, n, scale, m[i - i0]);   /* (the pass below reads only [0, n) of the row) */
+        else
+            for (int64_t j = 0; j < n; j += 8) {
+                __m256 e = exp8(_mm256_sub_ps(_mm256_mul_ps(fl_avx2_load_n(r + j, n - j), sc), m[i - i0]));
+                if (n - j < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(fl_avx2_lanes(n - j)));
+                store_n(r + j, T - j, e);
+                vs = _mm256_add_ps(vs, e);
+            }
         inv[i - i0] = _mm256_div_ps(_mm256_set1_ps(1.0f), hsum8(vs));
         if (st) {
             st[2 * i] = _mm256_cvtss_f32(m[i - i0]);
@@ -387,10 +429,10 @@ static inline __attribute__((always_inline)) void fwd_head(const float *q, const
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
-        float *si = att ? att + i0 * T : sc;   /* the tile's rows of S, then P */
+        float *si = att ? att + i0 * T : sc;   /* the tile's rows of S, then P (att NULL, st NULL: P kept nowhere) */
         band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, si, T);   /* S = Q·Kᵀ */
-        softmax_tile(si, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep, att ? NULL : st);
-        if (keep) band(wide, mr, D, att + i0 * T, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
+        softmax_tile(si, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep, att ? NULL : st, wide);
+        if (keep) band(wide, mr, D, si, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
         else band(wide, mr, D, pr + i0 * Tp, Tp, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);
     }
 }
@@ -471,7 +513,8 @@ static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
 #define FWD_HEAD(KEEP)                                                                                                  \
     fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
-             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p ? NULL : J->st + bh * 2 * J->s.T, &J->s, J->scale,    \
+             J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p || !J->st ? NULL : J->st + bh * 2 * J->s.T, &J->s,     \
+             J->scale,                                                                                           \
              J->causal, w, KEEP, J->wide)
     if (J->keep) FWD_HEAD(true);
     else FWD_HEAD(false);

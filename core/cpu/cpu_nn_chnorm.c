@@ -217,3 +217,31 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
     free(co);
     return FL_OK;
 }
+
+/* BatchNorm's eval pass: the composite's four elementwise ops ((x − mean) / den, · w, + b) in one, each operation
+ * rounded as they round it (the build does not contract the multiply and the add). A missing weight is a multiply
+ * by 1 and a missing bias an add of −0: both give every x back bit for bit (−0 + +0 would be +0), so one loop serves
+ * the four cases. Channels of positions (P > 1) by rows; [N, C] (P = 1) along the channels. */
+void fl_cpu_chnorm_eval(const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,
+                        int64_t N, int64_t C, int64_t P) {
+    if (P == 1) {
+        #pragma omp parallel for if (N * C > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            const float *xr = x + n * C;
+            float *yr = y + n * C;
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                yr[c] = ((xr[c] - mean[c]) / den[c]) * (w ? w[c] : 1.0f) + (b ? b[c] : -0.0f);
+        }
+        return;
+    }
+    #pragma omp parallel for if (N * C * P > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < N * C; r++) {
+        const int64_t c = r % C;
+        const float m = mean[c], d = den[c], wc = w ? w[c] : 1.0f, bc = b ? b[c] : -0.0f;
+        const float *xr = x + r * P;
+        float *yr = y + r * P;
+        #pragma omp simd
+        for (int64_t p = 0; p < P; p++) yr[p] = ((xr[p] - m) / d) * wc + bc;
+    }
+}

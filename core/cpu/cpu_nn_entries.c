@@ -3,6 +3,7 @@
 #include "cpu_internal.h"
 #include "cpu_nn.h"
 #include "cpu_nn_internal.h"
+#include <stdlib.h>
 
 fl_status fl_cpu_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
     if (kind == FL_ACT_RELU) fl_cpu_relu_fwd(x, y, n);
@@ -16,6 +17,10 @@ fl_status fl_cpu_dev_act_bwd(fl_act kind, const float *x, const float *dy, float
     else if (kind == FL_ACT_SILU) fl_cpu_silu_bwd(x, dy, dx, n);
     else if (kind == FL_ACT_SIGMOID || kind == FL_ACT_TANH) fl_cpu_sigmoid_tanh_bwd(kind == FL_ACT_TANH, x, dy, dx, n);
     else fl_cpu_gelu_bwd(x, dy, dx, n, kind == FL_ACT_GELU_TANH);
+    return FL_OK;
+}
+fl_status fl_cpu_dev_act_fwd_bf16(fl_act kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n) {
+    fl_cpu_act_fwd_bf16(kind, x, y, y16, n);
     return FL_OK;
 }
 fl_status fl_cpu_dev_softmax_fwd(bool log, const float *x, float *y, int64_t rows, int64_t cols) {
@@ -104,8 +109,29 @@ fl_status fl_cpu_dev_dropout_bwd(const uint8_t *mask, const float *dy, float *dx
     fl_cpu_dropout_bwd(mask, dy, dx, n, p);
     return FL_OK;
 }
+/* att NULL (no backward will read P): fp32 through the per-head kernels keeps each tile's P in the thread's buffer
+ * (the same operations on the same values: the same bits as with att), bf16 runs the statistics form (B·H·T·2 floats
+ * of a temporary; the same bits as with P), the other paths write P to a temporary. */
 fl_status fl_cpu_dev_sdpa_fwd(const float *q, const float *k, const float *v, float *out, float *att, int64_t B, int64_t H,
                           int64_t T, int64_t D, float scale, bool causal, bool bf16) {
+    if (!att) {
+        const fl_attn_layout l = { 0, T * D, D };   /* contiguous heads, as one batch of B·H (fl_cpu_sdpa_causal_fwd's) */
+        if (!bf16 && B * H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_f32_available() &&
+            fl_cpu_attn_f32_fwd_at(q, k, v, l, out, l, NULL, 1, B * H, T, D, scale, causal) == FL_OK)
+            return FL_OK;
+        if (bf16 && B * H > 0 && T > 0 && D > 0 && fl_cpu_sdpa_gemm_allowed && fl_cpu_attn_bf16_stats_available()) {
+            float *st = malloc((size_t)(B * H * T * 2) * sizeof(float));
+            const fl_attn_layout h = { H * T * D, T * D, D };
+            const bool done = st && fl_cpu_attn_bf16_stats_fwd_at(q, k, v, h, out, h, st, B, H, T, D, scale, causal) == FL_OK;
+            free(st);
+            if (done) return FL_OK;
+        }
+        float *tmp = malloc((size_t)(B * H * T * T > 0 ? B * H * T * T : 1) * sizeof(float));
+        if (!tmp) return FL_ERR(FL_ENOMEM, "attention: out of memory for %lld probabilities", (long long)(B * H * T * T));
+        fl_cpu_sdpa_causal_fwd(q, k, v, out, tmp, B, H, T, D, scale, causal, bf16);
+        free(tmp);
+        return FL_OK;
+    }
     fl_cpu_sdpa_causal_fwd(q, k, v, out, att, B, H, T, D, scale, causal, bf16);
     return FL_OK;
 }
@@ -181,6 +207,11 @@ fl_status fl_cpu_dev_bias_add(float *y, const float *b, int64_t rows, int64_t co
 fl_status fl_cpu_dev_chnorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                                 float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps) {
     return fl_cpu_chnorm_fwd(x, w, b, y, mean, rstd, var, N, C, P, G, eps);
+}
+fl_status fl_cpu_dev_chnorm_eval(const float *x, const float *mean, const float *den, const float *w, const float *b,
+                                 float *y, int64_t N, int64_t C, int64_t P) {
+    fl_cpu_chnorm_eval(x, mean, den, w, b, y, N, C, P);
+    return FL_OK;
 }
 fl_status fl_cpu_dev_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                                 float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G) {

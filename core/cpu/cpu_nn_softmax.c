@@ -1,7 +1,15 @@
 /* cpu_nn_softmax.c — softmax, log-softmax and cross-entropy over the last dim of [rows, cols]. Each row
  * is done by one thread with fixed-order (SIMD-lane) sums, so results do not depend on the thread count.
- * Stable: rows are shifted by their max; cross-entropy uses log-sum-exp in double. */
+ * Stable: rows are shifted by their max; cross-entropy uses log-sum-exp in double.
+ *
+ * The rows' sums of exponentials have one order on every ISA: 8 lanes, lane l adding the exponentials of elements
+ * l, l + 8, l + 16, ... of the row's whole groups of 8 in turn, the last n mod 8 added to lane 0 in turn, then
+ * 0 + lane 0 + lane 1 + ... + lane 7. That is the order GCC's `omp simd` reduction gives the AVX2 loops below (the
+ * only copy before stop 92; tests/c/test_softmax_bits.c checks both copies against that order written out in
+ * scalar code). The AVX-512 copies take the exponentials 16 at a time (fl_nn_expf's operations, in its order) and
+ * add each 16's halves to one 8-lane sum, the lower half first: the same bits, about twice as fast. */
 #include "cpu_nn_internal.h"
+#include "cpu_internal.h"
 #include <stdlib.h>
 
 /* Rows per chunk between interrupt polls in the status-returning kernels. */
@@ -30,13 +38,152 @@ static inline double row_sumexp(const float *x, int64_t n, float m) {
     return s;
 }
 
+#ifdef __x86_64__
+/* fl_nn_expf on 16 lanes: the same operations in the same order (no fused multiply-adds), but its 2^k, two exact
+ * factors 2^(k>>1)·2^(k − k>>1) of which only the second multiply rounds, is one vscalefps (y·2^k rounded once). */
+FL_CPU_AVX512 static inline __m512 expf16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), sh = _mm512_set1_ps(12582912.0f);
+    const __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512 xc = _mm512_mask_mov_ps(x, over, hi);
+    xc = _mm512_mask_mov_ps(xc, _mm512_cmp_ps_mask(xc, lo, _CMP_LT_OQ), lo);
+    xc = _mm512_mask_mov_ps(xc, nan, _mm512_setzero_ps());
+    const __m512 k = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), sh), sh);
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(k, _mm512_set1_ps(0.693359375f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(k, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(1.9875691500e-4f), r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), _mm512_set1_ps(1.0f));
+    y = _mm512_scalef_ps(y, k);
+    y = _mm512_mask_mov_ps(y, under, _mm512_setzero_ps());
+    y = _mm512_mask_mov_ps(y, over, _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(y, nan, x);
+}
+
+/* row_max on 16 lanes. A max is the same in any order but for the sign of a zero maximum, which no result depends
+ * on: x − m is +0 or −0 for x = ±0, and exp gives 1 for both; log-softmax's (x − m) − log Σ keeps a −0 only where
+ * log Σ = 0, that is where the zero is the row's only maximum, and then m is that zero itself. */
+FL_CPU_AVX512 static float row_max16(const float *x, int64_t n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16)   /* x > m ? x : m, as vmaxps(x, m) */
+        m = _mm512_mask_max_ps(m, fl_avx512_lanes(n - j), _mm512_maskz_loadu_ps(fl_avx512_lanes(n - j), x + j), m);
+    return _mm512_reduce_max_ps(m);
+}
+
+/* row_exp_sum in the file's order: y[j] = exp(x[j] − m), returns Σ y. next: the row after this one (or NULL), asked
+ * into the caches a line per 16 exponentials, so that its max pass, which the memory bounds, finds it there (the
+ * exponentials bound this loop: the loads ride along; log-softmax and cross-entropy [256, 32000] 14% faster). */
+FL_CPU_AVX512 static float row_exp_sum16(const float *x, float *y, int64_t n, float m, const float *next) {
+    const __m512 mv = _mm512_set1_ps(m);
+    const int64_t n8 = n & ~(int64_t)7;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n8; j += 16) {
+        if (next) _mm_prefetch((const char *)(next + j), _MM_HINT_T1);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv));
+        _mm512_storeu_ps(y + j, e);
+        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+        acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(e, 1));
+    }
+    float lane[8], t[16];
+    if (j < n) {   /* fewer than 16 left: at most one whole 8, then the tail */
+        const __mmask16 mk = fl_avx512_lanes(n - j);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + j), mv));
+        _mm512_mask_storeu_ps(y + j, mk, e);
+        if (n8 > j) acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+        _mm512_storeu_ps(t, e);
+    }
+    _mm256_storeu_ps(lane, acc);
+    for (int64_t i = n8; i < n; i++) lane[0] += t[i - j];
+    float s = 0.0f;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s;
+}
+
+/* row_sumexp in the file's order, the 8 lanes in double; next as above */
+FL_CPU_AVX512 static double row_sumexp16(const float *x, int64_t n, float m, const float *next) {
+    const __m512 mv = _mm512_set1_ps(m);
+    const int64_t n8 = n & ~(int64_t)7;
+    __m512d acc = _mm512_setzero_pd();
+    int64_t j = 0;
+    for (; j + 16 <= n8; j += 16) {
+        if (next) _mm_prefetch((const char *)(next + j), _MM_HINT_T1);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    double lane[8];
+    float t[16];
+    if (j < n) {
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(fl_avx512_lanes(n - j), x + j), mv));
+        if (n8 > j) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        _mm512_storeu_ps(t, e);
+    }
+    _mm512_storeu_pd(lane, acc);
+    for (int64_t i = n8; i < n; i++) lane[0] += (double)t[i - j];
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s;
+}
+/* The output passes, y[j] = y[j]·a (softmax) or (x[j] − m) − a (log-softmax), elementwise (the same bits on any
+ * ISA); `stream`: the whole result is larger than the caches, so its lines go to memory without being read first
+ * (non-temporal stores from the first 64-byte boundary on: the tensor's rows need not start on one). */
+FL_CPU_AVX512 static void row_out16(const float *x, float *y, int64_t n, float m, float a, bool log_, bool stream) {
+    const __m512 mv = _mm512_set1_ps(m), av = _mm512_set1_ps(a);
+    int64_t j = 0;
+    if (stream) {
+        const int64_t head = (int64_t)((64 - ((uintptr_t)y & 63)) & 63) / 4;
+        j = head < n ? head : n;
+        for (int64_t i = 0; i < j; i++) y[i] = log_ ? (x[i] - m) - a : y[i] * a;
+        for (; j + 16 <= n; j += 16) {
+            const __m512 v = log_ ? _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv), av)
+                                  : _mm512_mul_ps(_mm512_load_ps(y + j), av);
+            _mm512_stream_ps(y + j, v);
+        }
+        _mm_sfence();
+    }
+    for (; j < n; j += 16) {
+        const __mmask16 mk = fl_avx512_lanes(n - j);
+        const __m512 v = log_ ? _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + j), mv), av)
+                              : _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, y + j), av);
+        _mm512_mask_storeu_ps(y + j, mk, v);
+    }
+}
+#else
+static void row_out16(const float *x, float *y, int64_t n, float m, float a, bool log_, bool stream) {
+    for (int64_t j = 0; j < n; j++) y[j] = log_ ? (x[j] - m) - a : y[j] * a;
+}
+static float row_max16(const float *x, int64_t n) { return row_max(x, n); }
+static float row_exp_sum16(const float *x, float *y, int64_t n, float m, const float *next) { return row_exp_sum(x, y, n, m); }
+static double row_sumexp16(const float *x, int64_t n, float m, const float *next) { return row_sumexp(x, n, m); }
+#endif
+
+/* The row passes on the copy `wide` picks (fl_cpu_avx512(), asked once per call); next: the row after (NULL: none) */
+static inline float row_max_w(const float *x, int64_t n, bool wide) {
+    return wide ? row_max16(x, n) : row_max(x, n);
+}
+static inline float row_exp_sum_w(const float *x, float *y, int64_t n, float m, bool wide, const float *next) {
+    return wide ? row_exp_sum16(x, y, n, m, next) : row_exp_sum(x, y, n, m);
+}
+static inline double row_sumexp_w(const float *x, int64_t n, float m, bool wide, const float *next) {
+    return wide ? row_sumexp16(x, n, m, next) : row_sumexp(x, n, m);
+}
+
 void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
+    const bool wide = fl_cpu_avx512();
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
         float *yr = y + r * cols;
-        float m = row_max(xr, cols);
-        float inv = 1.0f / row_exp_sum(xr, yr, cols, m);
+        float m = row_max_w(xr, cols, wide);
+        float inv = 1.0f / row_exp_sum_w(xr, yr, cols, m, wide, r + 1 < rows ? xr + cols : NULL);
+        if (wide) {
+            row_out16(xr, yr, cols, m, inv, false, false);   /* (y's lines are in the caches: streamed, 60% slower) */
+            continue;
+        }
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) yr[j] *= inv;
     }
@@ -56,15 +203,24 @@ void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows
     }
 }
 
+/* Results past this many bytes are stored without being read into the caches first (log-softmax's output pass) */
+#define STREAM_MIN_BYTES (8 << 20)
+
 void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
+    /* (rows shorter than 1024 stream too little of each row to pay for its fence) */
+    const bool wide = fl_cpu_avx512(), stream = (double)rows * (double)cols * 4.0 > STREAM_MIN_BYTES && cols >= 1024;
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
         float *yr = y + r * cols;
-        float m = row_max(xr, cols);
+        float m = row_max_w(xr, cols, wide);
         /* (x − m) − log Σ: x − m is exact near the max, so large logits keep their precision
          * (x − (m + log Σ) would round log Σ at the scale of m) */
-        float ls = (float)log(row_sumexp(xr, cols, m));
+        float ls = (float)log(row_sumexp_w(xr, cols, m, wide, r + 1 < rows ? xr + cols : NULL));
+        if (wide) {
+            row_out16(xr, yr, cols, m, ls, true, stream);
+            continue;
+        }
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) - ls;
     }
@@ -114,6 +270,7 @@ fl_status fl_cpu_cross_entropy_fwd(const float *logits, const float *target, int
     double stack[256], *buf = rows <= 256 ? stack : malloc((size_t)rows * sizeof(double));
     if (!buf) return FL_ERR(FL_ENOMEM, "cross_entropy: out of memory for %lld row losses", (long long)rows);
     const double eps = label_smoothing;
+    const bool wide = fl_cpu_avx512();
     fl_status st = FL_OK;
     for (int64_t r0 = 0; r0 < rows; r0 += CE_CHUNK) {
         int64_t r1 = r0 + CE_CHUNK < rows ? r0 + CE_CHUNK : rows;
@@ -122,8 +279,8 @@ fl_status fl_cpu_cross_entropy_fwd(const float *logits, const float *target, int
             double t = target[r];
             if (t == (double)ignore_index) { buf[r] = 0.0; continue; }
             const float *xr = logits + r * cols;
-            float m = row_max(xr, cols);
-            double lse = (double)m + log(row_sumexp(xr, cols, m));
+            float m = row_max_w(xr, cols, wide);
+            double lse = (double)m + log(row_sumexp_w(xr, cols, m, wide, r + 1 < r1 ? xr + cols : NULL));
             double l = lse - (1.0 - eps) * (double)xr[(int64_t)t];
             if (eps != 0.0) {
                 double sx = 0.0;
@@ -152,6 +309,7 @@ fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int
     FL_TRY(ce_check_targets(target, rows, cols, ignore_index, &cnt));
     const float g = cnt ? (float)((double)dloss / (double)cnt) : 0.0f;
     const float off = label_smoothing / (float)cols, on = 1.0f - label_smoothing;
+    const bool wide = fl_cpu_avx512();
     for (int64_t r0 = 0; r0 < rows; r0 += CE_CHUNK) {
         int64_t r1 = r0 + CE_CHUNK < rows ? r0 + CE_CHUNK : rows;
         #pragma omp parallel for if ((r1 - r0) > 1 && (r1 - r0) * cols > FL_NN_PAR_MIN) schedule(static)
@@ -164,8 +322,8 @@ fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int
                 continue;
             }
             const float *xr = logits + r * cols;
-            float m = row_max(xr, cols);
-            float inv = 1.0f / row_exp_sum(xr, dr, cols, m);
+            float m = row_max_w(xr, cols, wide);
+            float inv = 1.0f / row_exp_sum_w(xr, dr, cols, m, wide, r + 1 < r1 ? xr + cols : NULL);
             #pragma omp simd
             for (int64_t j = 0; j < cols; j++) dr[j] = g * (dr[j] * inv - off);
             dr[(int64_t)t] -= g * on;

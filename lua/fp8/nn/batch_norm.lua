@@ -131,6 +131,15 @@ local function impl_batch_norm(x, running_mean, running_var, weight, bias, train
     if y ~= nil then return low and y:to(low) or y end
   else
     mean, var = wide(running_mean), wide(running_var)
+    -- no gradient to record: the four ops below in one pass (core/cpu/cpu_nn_chnorm.c, fl_cpu_chnorm_eval: each
+    -- operation in their order and rounding, the same bits), the per-channel sqrt(var + eps) by the same ops
+    if fused(x, weight, bias) and fused(mean, var) and mean:device() == x:device() and x:numel() > 0
+       and fp8._device_has(x:device(), "chnorm_eval")
+       and not (fp8.is_grad_enabled() and (x:requires_grad() or mean:requires_grad() or var:requires_grad()
+         or (weight ~= nil and weight:requires_grad()) or (bias ~= nil and bias:requires_grad()))) then
+      local y = require("fp8._nn")._batch_norm_eval(x, mean, (var + eps):sqrt(), weight, bias)
+      return low and y:to(low) or y
+    end
   end
   local y = (x - mean:reshape(bshape)) / (var:reshape(bshape) + eps):sqrt()
   if weight ~= nil then y = y * weight:reshape(bshape) end

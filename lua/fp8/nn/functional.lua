@@ -106,6 +106,10 @@ end
 function F.silu(x, ...)
   no_more("silu", "(input) (no inplace)", ...)
   check_tensor("silu", "input", x)
+  -- a bf16 input with no gradient to record: read and rounded in one pass, the bits of the fp32 round trip below
+  if x:dtype() == "bf16" and not (x:requires_grad() and fp8.is_grad_enabled()) then
+    return (at_caller(pcall(core().silu_bf16, x)))
+  end
   return low_in_fp32(function(v) return (at_caller(pcall(core().silu, v))) end, x)
 end
 function F.sigmoid(x, ...)
