@@ -553,7 +553,7 @@ local function optimizer_from_file(path)
     state[idx] = state[idx] or {}
     state[idx][key] = t
   end
-  return { state = state, param_groups = C.json_decode(meta.param_groups, path) }, step_count
+  return { state = state, param_groups = C.json_decode(meta.param_groups, path) }, step_count, meta.optimizer
 end
 
 local function is_split(l)
@@ -1098,16 +1098,29 @@ function M.install(Accelerator)
       end
       for i, o in ipairs(self._optimizers) do
         local inner = rawget(o, "optimizer")
-        local sd, step_count = optimizer_from_file(join(dir, "optimizer" .. suffix(i) .. ".safetensors"))
+        local sd, step_count, saved_name = optimizer_from_file(join(dir, "optimizer" .. suffix(i) .. ".safetensors"))
+        -- another optimizer's state (AdamW's into Adam loaded, its decoupled decay turned into an L2 one): refused by
+        -- the class the file records, whatever the groups' options would let through
+        if saved_name ~= nil and saved_name ~= tostring(inner.name) then
+          error(("load_state: optimizer %d of %s holds %s's state, this run's optimizer is %s"):format(i, dir,
+            saved_name, tostring(inner.name)), 0)
+        end
         local saved, saved_count = inner:state_dict(), inner._step_count
         undo[#undo + 1] = function() inner:load_state_dict(saved); inner._step_count = saved_count end
         apply[#apply + 1] = function() inner:load_state_dict(sd); inner._step_count = step_count or inner._step_count end
       end
       for i, s in ipairs(self._schedulers or {}) do
         local sd = read_json(join(dir, "scheduler" .. suffix(i) .. ".json"))
+        -- another class, or settings that give another schedule: refused before anything changes (the saved lr was
+        -- overwritten by this run's schedule without a word)
+        local why = strict and require("fp8.optim.lr_scheduler")._other_schedule(rawget(s, "scheduler") or s, sd)
+        if why then
+          error(("load_state: scheduler %d of %s: %s (make the scheduler as it was saved, or pass {strict=false} to "
+            .. "keep this run's schedule from the saved step)"):format(i, dir, why), 0)
+        end
         local saved = s:state_dict()
-        undo[#undo + 1] = function() s:load_state_dict(saved) end
-        apply[#apply + 1] = function() s:load_state_dict(sd) end
+        undo[#undo + 1] = function() s:load_state_dict(saved, false) end
+        apply[#apply + 1] = function() s:load_state_dict(sd, false) end
       end
       local scaler_file = join(dir, "scaler.json")
       local has_scaler = C.exists(scaler_file)
@@ -1263,6 +1276,13 @@ function M.install(Accelerator)
       -- derived state left out (as module.lua's fp8_hint classifies it): the FP8 recipe state, and MS-AMP O3's E4M3
       -- weight copy (made again from the fp16 master), so the file loads into a plain model
       if not (k:match("fp8_state$") or k:match("weight_fp8$")) then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
+    end
+    -- a save_state checkpoint's directory: its model.safetensors (with the FP8 recipe state) is the checkpoint's,
+    -- and a sharded save removed it as stale (load_state then failed); Accelerate's save_model into its own
+    -- checkpoint loses nothing (the same weights-only file), here it would
+    if C.is_dir(dir) and checkpoint_state(dir) then
+      error(("save_model: %s holds a save_state checkpoint (%s); its model files are the checkpoint's own: save the "
+        .. "model into another directory"):format(dir, STATE_FILE), 2)
     end
     local ok, err = make_parents((dir:gsub("/+$", "")))
     if ok then ok, err = C.mkdir(dir) end

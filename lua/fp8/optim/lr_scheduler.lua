@@ -178,14 +178,65 @@ function Scheduler:get_last_lr()
   return table.move(self._last_lr, 1, #self._last_lr, 1, {})
 end
 
-function Scheduler:state_dict()
-  return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}),
-    position = rawget(self, "_pos") }
+-- The schedule itself, for a state to be checked against: the lr factor its function gives group 1 on base 1 at
+-- these steps (false where it refuses the step: OneCycleLR past its total). torch's state_dict carries the
+-- settings (gamma, step_size, T_max, ...) and load_state_dict puts them back; here they live in the schedule's
+-- closure, so a state records what they give and a scheduler whose settings give other lrs refuses it (it kept
+-- its own schedule and overwrote the saved lr without a word). A user's lambdas (LambdaLR, MultiplicativeLR) are
+-- not called: the name alone is compared there.
+local PROBES = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 16, 20, 25, 30, 32, 40, 50, 64, 75, 100, 128, 150, 200, 256,
+                 300, 500, 750, 1000, 2000, 5000, 10000, 100000 }
+local USER_FN = { LambdaLR = true, MultiplicativeLR = true }
+local function schedule_probe(self)
+  if USER_FN[self.name] then return nil end
+  local out = {}
+  for k, t in ipairs(PROBES) do
+    local ok, lr = pcall(self._lr_fn, t, 1, 1)
+    out[k] = ok and type(lr) == "number" and lr == lr and lr or false
+  end
+  return out
 end
 
-function Scheduler:load_state_dict(sd)
+function Scheduler:state_dict()
+  return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}),
+    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self) }
+end
+
+-- Why a state from state_dict() is not this scheduler's (another class, or settings that give other lrs), or nil
+local function other_schedule(self, sd)
+  if sd.name ~= nil and sd.name ~= self.name then
+    return ("the state is a %s's, this scheduler is a %s"):format(tostring(sd.name), self.name)
+  end
+  local mine = sd.schedule ~= nil and schedule_probe(self)
+  if not mine or type(sd.schedule) ~= "table" then return nil end
+  for k, t in ipairs(PROBES) do
+    local a, b = rawget(sd.schedule, k), mine[k]
+    local same = a == b or (type(a) == "number" and type(b) == "number"
+      and math.abs(a - b) <= 1e-12 * math.max(math.abs(a), math.abs(b)))
+    if not same then
+      return ("its settings give another schedule: at step %d the lr factor was %s, this one gives %s"):format(t,
+        tostring(a), tostring(b))
+    end
+  end
+end
+
+M._other_schedule = function(sched, sd)
+  if getmetatable(sched) ~= Scheduler or type(sd) ~= "table" then return nil end
+  return other_schedule(sched, sd)
+end
+
+-- load_state_dict(sd [, strict=true]): strict=false takes a state of another schedule (this one's settings stay)
+function Scheduler:load_state_dict(sd, strict)
   if type(sd) ~= "table" then
     error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
+  end
+  if strict ~= false then
+    local why = other_schedule(self, sd)
+    if why then
+      error(("%s:load_state_dict: %s (torch puts the saved settings back; here they are the constructor's: make the "
+        .. "scheduler as it was saved, or pass strict=false to keep this one's schedule from the saved step)")
+        :format(self.name, why), 2)
+    end
   end
   if math.type(sd.last_epoch) ~= "integer" or sd.last_epoch < -1 then
     error(("%s:load_state_dict: last_epoch must be an integer >= -1, got %s"):format(self.name, tostring(sd.last_epoch)), 2)
