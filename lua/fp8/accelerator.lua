@@ -256,10 +256,10 @@ local function ao_filter(self, model)
   local lins = convert.linears(model)
   local first, last = lins[1] and lins[1][2], lins[#lins] and lins[#lins][2]
   local user = r.module_filter_func
-  if user == nil and r.pad_inner_dim == false and not convert._shape_warned["ao-pad-off"] then
-    convert._shape_warned["ao-pad-off"] = true
-    io.stderr:write("fp8lab: notice: ao's pad_inner_dim=false changes nothing without a module_filter_func: "
-      .. "the default filter keeps every Linear whose dims are not multiples of 16 in high precision already\n")
+  if user == nil and r.pad_inner_dim == false then   -- (a notice until 2026-12-06: a setting is honoured or refused)
+    error("prepare: AORecipeKwargs pad_inner_dim=false changes nothing without a module_filter_func: the default "
+      .. "filter keeps every Linear whose dims are not multiples of 16 in high precision already (leave it at its "
+      .. "default, or give a module_filter_func, which it then applies to)", 0)
   end
   return function(m, name)
     if user ~= nil then return convert._ao_takes(r, m, name) end

@@ -1050,7 +1050,9 @@ function M.install(Accelerator)
           .. "short: rename it back to %s (the next save_state into %s does that itself)"):format(dir, dir, dir, dir),
           0)
       end
-      if not C.is_dir(dir) then error(("load_state: %s is not a directory"):format(dir), 0) end
+      if not C.is_dir(dir) then
+        error(("load_state: %s %s"):format(dir, exists(dir) and "is not a directory" or "does not exist"), 0)
+      end
       local st = read_json(join(dir, STATE_FILE), join(dir, STATE_FILE) .. " (is this an fp8lab checkpoint?)")
       if type(st) ~= "table" or st.fp8lab_checkpoint ~= M.VERSION then
         error(("load_state: %s: checkpoint version %s, this build reads %d"):format(dir, tostring(type(st) == "table" and st.fp8lab_checkpoint), M.VERSION), 0)

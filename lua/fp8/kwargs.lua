@@ -772,7 +772,17 @@ local function resolve(opts)
 
   -- A setting the argument or a handler decided, as in Accelerate: its environment and config-file values, where they
   -- differ, are named in a notice ("<where it came from> overridden by <by>"). cfg_key: the key as the file spells it.
+  -- the launch flags behind variables (fp8lab launch exports FP8LAB_LAUNCH_FLAGS): given for this run, so a flag
+  -- the run does not use is refused; a variable set by hand (kept from a shell, say) only gets a notice
+  local flag_of = {}
+  for var, flag in (env_raw.FP8LAB_LAUNCH_FLAGS or ""):gmatch("([%w_]+)=(%-%-[%w_]+)") do flag_of[var] = flag end
   local function note_beaten(env_name, name, cfg_key, v, by)
+    -- a launch flag the script's own setting overrides changes nothing: refused, as a flag the run does not use is
+    -- (it was a notice naming the variable until 2026-12-06)
+    if env_name and flag_of[env_name] and envv[name] ~= nil and not deep_equal(envv[name], v) then
+      fail("%s %s (a launch flag) would change nothing: the script sets it, %s; leave the flag out or the setting",
+        flag_of[env_name], tostring(env_raw[name]), by)
+    end
     for _, o in ipairs { { envv[name], env_name and (env_name .. "=" .. tostring(env_raw[name])) },
                          { cfgv[name], (where or "") .. ": " .. cfg_key .. "=" .. repr(cfgv[name]) } } do
       if o[1] ~= nil and o[2] and not deep_equal(o[1], v) then
@@ -814,10 +824,6 @@ local function resolve(opts)
 
   -- A field set by the environment or the config file that the run does not use: silent when it
   -- holds the default, a notice otherwise.
-  -- the launch flags behind variables (fp8lab launch exports FP8LAB_LAUNCH_FLAGS): given for this run, so a flag
-  -- the run does not use is refused; a variable set by hand (kept from a shell, say) only gets a notice
-  local flag_of = {}
-  for var, flag in (env_raw.FP8LAB_LAUNCH_FLAGS or ""):gmatch("([%w_]+)=(%-%-[%w_]+)") do flag_of[var] = flag end
   local function unused(name, why)
     local f = F[name]
     if envv[name] ~= nil and flag_of[f.env] then
@@ -888,6 +894,10 @@ local function resolve(opts)
     return h and h:to_table() or CLASSES[tname].defaults()
   end
   out.autocast = group("autocast", "AutocastKwargs")
+  if handlers.AutocastKwargs and mp == "no" then   -- no autocast runs without mixed precision: it would change nothing
+    fail("AutocastKwargs needs mixed precision (fp16, bf16 or fp8: the autocast it configures), but mixed_precision is "
+      .. "%s (from %s); leave the handler out or pass a mixed_precision", repr(mp), SOURCE_TEXT[mps])
+  end
   if mp == "fp16" then
     out.grad_scaler = group("grad_scaler", "GradScalerKwargs")
   elseif handlers.GradScalerKwargs then   -- as an FP8 recipe handler without fp8: a setting that would change nothing

@@ -325,12 +325,19 @@ describe("fp8lab launch", function()
     f:write("local acc = fp8.Accelerator{kwargs_handlers = {fp8.MSAMPRecipeKwargs{}}}\n"
       .. "print(acc.fp8_backend, acc.fp8_recipe.opt_level)\n")
     f:close()
-    out, err, code = run("launch --mixed_precision fp8 --fp8_backend te --fp8_opt_level O3 " .. q(script))
+    out, err, code = run("launch --mixed_precision fp8 --fp8_opt_level O3 " .. q(script))
     assert.are.equal(0, code, err)
     assert.are.equal("msamp\tO3\n", out)
+    -- a flag the script's own setting overrides changes nothing: refused (a notice naming the variable until
+    -- 2026-12-06)
+    out, err, code = run("launch --mixed_precision fp8 --fp8_backend te --fp8_opt_level O3 " .. q(script))
+    assert.are.equal(1, code, out)
+    assert.truthy(err:find("--fp8_backend te (a launch flag) would change nothing: the script sets it, "
+      .. "MSAMPRecipeKwargs (backend msamp)", 1, true), err)
     -- a variable set by hand: a notice, and the run goes on
-    out, err, code = run("launch --mixed_precision fp8 --fp8_backend te " .. q(script), nil, "FP8LAB_FP8_OPT_LEVEL=O3 ")
+    out, err, code = run("launch --mixed_precision fp8 " .. q(script), nil, "FP8LAB_FP8_BACKEND=te FP8LAB_FP8_OPT_LEVEL=O3 ")
     assert.are.equal(0, code, err)
+    assert.truthy(err:find("FP8LAB_FP8_BACKEND=te overridden by", 1, true), err)
     -- a launch without flags, started inside an outer launch's run: the outer's flags are variables set before it
     f = assert(io.open(script, "w"))
     f:write("local acc = fp8.Accelerator{} print(acc.mixed_precision)\n")

@@ -384,9 +384,11 @@ describe("AutocastKwargs", function()
     -- inside an enclosing autocast too (Accelerate's torch.autocast(enabled=False) turns an outer one off)
     fp8.amp.autocast("fp16", function() m2(fp8.randn { 2, 4 }) end)
     assert.equal("fp32", m2.seen)
-    local plain = new_acc { mixed_precision = "no", kwargs_handlers = { fp8.AutocastKwargs { enabled = false } } }:prepare(Probe())
-    fp8.amp.autocast("fp16", function() plain(fp8.randn { 2, 4 }) end)
-    assert.equal("fp16", plain.seen)   -- mixed_precision="no": Accelerate does not wrap the forward at all
+    -- mixed_precision="no": Accelerate does not wrap the forward at all, so the handler would change nothing:
+    -- refused (it was taken and left the forward as it was until 2026-12-06)
+    local ok, err = pcall(new_acc, { mixed_precision = "no", kwargs_handlers = { fp8.AutocastKwargs { enabled = false } } })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("AutocastKwargs needs mixed precision", 1, true), err)
   end)
 
   it("a prepared model's bf16/fp16 outputs come back fp32, in tables too (convert_outputs_to_fp32)", function()

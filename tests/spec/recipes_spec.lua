@@ -773,15 +773,10 @@ describe("ao recipe", function()
       return count_class(acc:prepare(model), "FP8Linear")
     end
     assert.are.equal(0, count(true))    -- first and last stay, and 64 -> 40, 40 -> 10 are not multiples of 16
-    -- pad_inner_dim=false without a filter changes nothing: said once (what the notices go to, caught)
-    local said, stderr = {}, io.stderr
-    require("fp8.convert")._shape_warned["ao-pad-off"] = nil
-    io.stderr = { write = function(_, ...) for _, v in ipairs { ... } do said[#said + 1] = tostring(v) end end }
-    local ok, n = pcall(count, false)
-    io.stderr = stderr
-    assert.is_true(ok, n)
-    assert.are.equal(0, n)
-    assert.truthy(table.concat(said):find("pad_inner_dim=false changes nothing without a module_filter_func", 1, true))
+    -- pad_inner_dim=false without a filter changes nothing: refused (a notice until 2026-12-06)
+    local ok, err = pcall(count, false)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("pad_inner_dim=false changes nothing without a module_filter_func", 1, true), err)
     local all = function() return true end
     assert.are.equal(4, count(true, all))    -- torchao pads them: all four in FP8
     assert.are.equal(1, count(false, all))   -- only 32 -> 64 can run unpadded
