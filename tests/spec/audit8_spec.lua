@@ -366,3 +366,78 @@ describe("a torch user's port (a review, 2026-12-06)", function()
     assert.are.equal(6, a.grad:sum():item())
   end)
 end)
+
+describe("checkpoints and settings (an Accelerate review, 2026-12-06)", function()
+  local function tmpdir()
+    local d = os.tmpname()
+    os.remove(d)
+    assert(os.execute("mkdir -p " .. d))
+    return d
+  end
+  local function setup(mk_opt, mk_sched)
+    local acc = fp8.Accelerator { config = false, env = {} }
+    fp8.manual_seed(1)
+    local m = fp8.nn.Linear(2, 2)
+    local o = mk_opt(m:parameters())
+    local s = mk_sched and mk_sched(o)
+    if s then m, o, s = acc:prepare(m, o, s) else m, o = acc:prepare(m, o) end
+    return acc, m, o, s
+  end
+  local SGD = function(p) return fp8.optim.SGD(p, { lr = 1 }) end
+  local S = fp8.optim.lr_scheduler
+
+  it("save_model refuses a save_state checkpoint's directory", function()
+    local d = tmpdir()
+    local acc, m, o = setup(SGD)
+    acc:save_state(d .. "/ck")
+    local ok, err = pcall(acc.save_model, acc, m, d .. "/ck")
+    assert.is_false(ok)
+    assert.matches("holds a save_state checkpoint", err, 1, true)
+    ok, err = pcall(acc.save_model, acc, m, d .. "/ck", { max_shard_size = 100 })
+    assert.is_false(ok)
+    acc:load_state(d .. "/ck")   -- the checkpoint is whole
+    assert.is_truthy(acc:save_model(m, d .. "/weights"))
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("load_state refuses a scheduler of other settings or class, and another optimizer", function()
+    local d = tmpdir()
+    local acc, _, o, s = setup(SGD, function(opt) return S.StepLR(opt, 1, 0.5) end)
+    for _ = 1, 3 do o:step(); s:step() end
+    acc:save_state(d .. "/ck")
+    local a2, _, o2 = setup(SGD, function(opt) return S.StepLR(opt, 1, 0.5) end)
+    a2:load_state(d .. "/ck")
+    assert.are.equal(0.125, o2.param_groups[1].lr)
+    for _, mk in ipairs { function(opt) return S.StepLR(opt, 10, 0.5) end,
+                          function(opt) return S.StepLR(opt, 1, 0.1) end,
+                          function(opt) return S.CosineAnnealingLR(opt, 4) end } do
+      local a3, _, o3 = setup(SGD, mk)
+      local ok, err = pcall(a3.load_state, a3, d .. "/ck")
+      assert.is_false(ok)
+      assert.matches("load_state: scheduler 1 of", err, 1, true)
+      assert.are.equal(1, o3.param_groups[1].lr)   -- nothing changed
+      a3:load_state(d .. "/ck", { strict = false })   -- this run's schedule from the saved step
+    end
+    local da = d .. "/adamw"
+    local a4 = setup(function(p) return fp8.optim.AdamW(p) end)
+    a4:save_state(da)
+    local a5 = setup(function(p) return fp8.optim.Adam(p) end)
+    local ok, err = pcall(a5.load_state, a5, da)
+    assert.is_false(ok)
+    assert.matches("holds AdamW's state, this run's optimizer is Adam", err, 1, true)
+    ok, err = pcall(a5.load_state, a5, d .. "/nothing")
+    assert.matches("does not exist", err, 1, true)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("refuses handlers that would change nothing", function()
+    local ok, err = pcall(fp8.Accelerator, { config = false, env = {}, kwargs_handlers = { fp8.AutocastKwargs { enabled = false } } })
+    assert.is_false(ok)
+    assert.matches("AutocastKwargs needs mixed precision", err, 1, true)
+    local acc = fp8.Accelerator { config = false, env = {}, mixed_precision = "fp8",
+                                  kwargs_handlers = { fp8.AORecipeKwargs { pad_inner_dim = false } } }
+    ok, err = pcall(acc.prepare, acc, fp8.nn.Sequential(fp8.nn.Linear(32, 32), fp8.nn.Linear(32, 32)))
+    assert.is_false(ok)
+    assert.matches("pad_inner_dim=false changes nothing without a module_filter_func", err, 1, true)
+  end)
+end)
