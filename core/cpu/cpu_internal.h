@@ -96,9 +96,34 @@ fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);
 #ifdef __x86_64__
 #include <immintrin.h>
+#include <math.h>
 /* The first n (clamped to 0..16) of a 16-lane vector's lanes: a row's last, partial vector. */
 static inline __mmask16 fl_avx512_lanes(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+/* fl_nn_expf (cpu_nn_internal.h) on 16 lanes, with fused multiply-adds, but for 2^k: the reduced polynomial y with
+ * e^x = y·2^k (*k whole numbers, x clamped to [-104, 88.72] first). The attention kernels apply 2^k their own way
+ * (vscalefps, or two exact factors as the 8-lane exp8 does, for its bits) and then fl_exp16_fix. */
+static inline __attribute__((always_inline, target("avx512f"))) __m512 fl_exp16_poly(__m512 x, __m512 *k) {
+    const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), c = _mm512_set1_ps(12582912.0f);
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);   /* NaN → lo here, restored by fl_exp16_fix */
+    *k = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), c), c);
+    __m512 r = _mm512_fnmadd_ps(*k, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(*k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    return _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+}
+/* e^x's range after the scaling: 0 below -104, inf above 88.72, NaN for NaN. */
+static inline __attribute__((always_inline, target("avx512f"))) __m512 fl_exp16_fix(__m512 y, __m512 x) {
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LT_OQ), _mm512_setzero_ps());
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.7228394f), _CMP_GT_OQ),
+                           _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 /* The 128 FP8 magnitudes' bf16 bits (index = byte & 0x7f; the sign is bit 7 of the byte), for table-lookup
  * decodes (cpu_fp8_gemm.c builds it once from its scalar decode). */

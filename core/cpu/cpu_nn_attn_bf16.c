@@ -270,22 +270,9 @@ static ATTN16 void band(bool amx, int mr, int64_t n, const uint32_t *a, int64_t 
 
 /* fl_nn_expf (cpu_nn_internal.h) on 16 lanes, with fused multiply-adds and vscalefps (~1 ulp as well). */
 ATTN16_INLINE __m512 exp16(__m512 x) {
-    const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), c = _mm512_set1_ps(12582912.0f);
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);   /* NaN → lo here, restored at the end */
-    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), c), c);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-    y = _mm512_scalef_ps(y, k);   /* y·2^k rounded once, subnormal results included */
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+    __m512 k;
+    const __m512 y = fl_exp16_poly(x, &k);
+    return fl_exp16_fix(_mm512_scalef_ps(y, k), x);   /* y·2^k rounded once, subnormal results included */
 }
 
 /* Rows [i0, i1) (at most RT_AMX) of a head's [T, T] scores, s pointing at row i0 (rows T apart): s[i, j] ←

@@ -217,25 +217,12 @@ static inline void store_n(float *p, int64_t n, __m256 v) {
 
 /* exp8 on 16 lanes, operation for operation (2^k by the same two factors): the same bits per lane. */
 FL_CPU_AVX512 static inline __m512 exp16(__m512 x) {
-    const __m512 hi = _mm512_set1_ps(88.7228394f), lo = _mm512_set1_ps(-104.0f), c = _mm512_set1_ps(12582912.0f);
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), c), c);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    __m512 k;
+    __m512 y = fl_exp16_poly(x, &k);
     const __m512i ki = _mm512_cvttps_epi32(k), k1 = _mm512_srai_epi32(ki, 1), b = _mm512_set1_epi32(127);
     const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, b), 23));
     const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ki, k1), b), 23));
-    y = _mm512_mul_ps(_mm512_mul_ps(y, s1), s2);
-    y = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y);
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+    return fl_exp16_fix(_mm512_mul_ps(_mm512_mul_ps(y, s1), s2), x);
 }
 
 /* softmax_tile's exponential pass for one row on 16 lanes: r[j] ← e^(scale·r[j] − m) over j < n (stored there only),
