@@ -157,6 +157,18 @@ fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl
     return FL_OK;
 }
 
+fl_status fl_autograd_record_ctx(fl_tensor **out, const char *name, fl_backward_fn fn, const fl_tensor *x, void *ctx,
+                                 void (*ctx_free)(void *)) {
+    fl_node *nd = NULL;
+    fl_status st = fl_autograd_record(out, &nd, name, fn, 1, &x);
+    if (st != FL_OK) { ctx_free(ctx); return st; }
+    nd->ctx = ctx;
+    nd->ctx_free = ctx_free;
+    st = fl_node_input_stub(nd, 0);   /* its shape alone is read */
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
 /* The link's backward: s takes a zero of its shape; the walk's order is what the link carries, not a value. */
 static fl_status link_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     (void)g;

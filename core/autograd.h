@@ -78,6 +78,10 @@ void fl_autograd_attach(fl_tensor *out, fl_node *node);
  * caller to save what backward needs. On failure *out is released and set to NULL. */
 fl_status fl_autograd_record(fl_tensor **out, fl_node **np, const char *name, fl_backward_fn fn, int n,
                              const fl_tensor *const *ins);
+/* fl_autograd_record for an op of one input x whose backward reads x's shape alone (x stubbed) and its own ctx,
+ * which the node then owns (ctx_free(ctx) when it goes, and at once when recording fails; *out released then). */
+fl_status fl_autograd_record_ctx(fl_tensor **out, const char *name, fl_backward_fn fn, const fl_tensor *x, void *ctx,
+                                 void (*ctx_free)(void *));
 /* t's data under a new header (no copy) whose history leads to s alone, whose gradient from it is zeros of s's shape:
  * a tensor that stands for t in the graph and makes the backward reach s after it (fp8.autograd.Function's results,
  * which must come back with the forward's bits, and the scalar that ties its arguments: lua/fp8/autograd_function.lua).

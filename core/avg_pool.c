@@ -149,14 +149,7 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
     ap_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "avg_pool: out of memory"); }
     *c = cx;
-    fl_node *nd = NULL;
-    st = fl_autograd_record(out, &nd, "AvgPool2DBackward", ap_bwd, 1, &x);
-    if (st != FL_OK) { free(c); return st; }
-    nd->ctx = c;
-    nd->ctx_free = free;
-    st = fl_node_input_stub(nd, 0);   /* its shape alone is read */
-    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
-    return st;
+    return fl_autograd_record_ctx(out, "AvgPool2DBackward", ap_bwd, x, c, free);
 }
 
 /* dx: each window's gradient over its divisor, added into its positions in the order kernel offset, then window */

@@ -181,15 +181,8 @@ static fl_status record(fl_tensor **out, const fl_tensor *x, const fl_window *g,
         return FL_ERR(FL_ENOMEM, "%s: out of memory", unfold ? "unfold" : "fold");
     }
     c->g = *g, c->h = h, c->w = w;
-    fl_node *nd = NULL;
-    fl_status st = fl_autograd_record(out, &nd, unfold ? "Im2ColBackward" : "Col2ImBackward",
-                                      unfold ? unfold_bwd : fold_bwd, 1, &x);
-    if (st != FL_OK) { free(c); return st; }
-    nd->ctx = c;
-    nd->ctx_free = free;
-    st = fl_node_input_stub(nd, 0);   /* its shape alone is read */
-    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
-    return st;
+    return fl_autograd_record_ctx(out, unfold ? "Im2ColBackward" : "Col2ImBackward", unfold ? unfold_bwd : fold_bwd, x,
+                                  c, free);
 }
 
 fl_status fl_unfold(fl_tensor **out, const fl_tensor *x, const fl_window *g) {

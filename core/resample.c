@@ -155,10 +155,5 @@ fl_status fl_resample(fl_tensor **out, const fl_tensor *x, int dim, int64_t m, i
     if (st == FL_OK) st = fl_host_result(out, y, FL_F32, x->device), y = NULL;
     fl_tensor_release(y);
     if (st != FL_OK || !fl_any_requires_grad(1, &x)) { ctx_free(c); return st; }
-    fl_node *nd = NULL;
-    st = fl_autograd_record(out, &nd, "ResampleBackward", resample_bwd, 1, &x);
-    if (st != FL_OK) { ctx_free(c); return st; }
-    nd->ctx = c;
-    nd->ctx_free = ctx_free;
-    return fl_node_input_stub(nd, 0);   /* its shape alone is read */
+    return fl_autograd_record_ctx(out, "ResampleBackward", resample_bwd, x, c, ctx_free);
 }
