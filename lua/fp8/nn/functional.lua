@@ -318,7 +318,6 @@ local function implicit_dim(fname, x, dim)
   error(("%s: give dim for a %d-d input (torch's implicit choice, deprecated, would take dim %d, not the last)")
     :format(fname, x:dim(), x:dim() == 3 and 1 or 2), 3)
 end
-F._softmax_implicit_dim = implicit_dim
 
 function F.softmax(x, dim, ...)
   no_more("softmax", "(input [, dim]) (no dtype)", ...)
