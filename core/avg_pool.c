@@ -49,7 +49,10 @@ static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_
     const fl_format_traits *f = fl_format(dt);
     const bool round16 = dt != FL_F32;
     int stop = 0;
-    #pragma omp parallel for schedule(static) if (nc * oh * ow * K > 32768)
+    /* the kernel offsets whose column of positions meets the input (a wider window's others lie in its padding) */
+    const int64_t j0 = g->pl - (ow - 1) * g->sw > 0 ? g->pl - (ow - 1) * g->sw : 0;
+    const int64_t j1 = w + g->pl < g->kw ? w + g->pl : g->kw;
+    #pragma omp parallel for schedule(static) if ((double)nc * (double)oh * (double)ow * (double)K > 32768)
     for (int64_t p = 0; p < nc; p++) {
         FL_WIN_POLL(stop)
         double *acc = malloc((size_t)(2 * ow) * sizeof(double));
@@ -64,13 +67,21 @@ static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_
         const float *src = x + p * h * w;
         for (int64_t oy = 0; oy < oh; oy++) {
             for (int64_t ox = 0; ox < ow; ox++) acc[ox] = 0, part[ox] = 0;
-            for (int64_t i = 0; i < g->kh; i++) {
-                const int64_t iy = oy * g->sh + i - g->pt;
-                for (int64_t j = 0; j < g->kw; j++) {
+            /* only the offsets that meet the input: the rows i with 0 <= iy < h, the columns j0..j1. The runs of 256
+             * offsets are still cut where the offset index crosses a multiple of 256 (a run of offsets wholly in the
+             * padding adds zeros: leaving it out, and its cut, changes no bit), so a window of 2^24 × 16 over a
+             * 2 × 2 plane costs its few real positions, not 2^28 steps */
+            const int64_t base = oy * g->sh - g->pt;
+            const int64_t i0 = base < 0 ? -base : 0, i1 = h - base < g->kh ? h - base : g->kh;
+            int64_t run = 0;   /* the run the sums in part belong to */
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t iy = base + i;
+                for (int64_t j = j0; j < j1; j++) {
                     const int64_t k = i * g->kw + j;
-                    if (k > 0 && k % FL_AVG_SUM_RUN == 0)   /* (only windows of more than 256 offsets) */
+                    if (k / FL_AVG_SUM_RUN != run) {   /* (only windows of more than 256 offsets) */
                         for (int64_t ox = 0; ox < ow; ox++) acc[ox] += part[ox], part[ox] = 0;
-                    if (iy < 0 || iy >= h) continue;
+                        run = k / FL_AVG_SUM_RUN;
+                    }
                     const int64_t offw = j - g->pl;
                     int64_t lo, hi;
                     fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
@@ -117,6 +128,9 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
         return FL_ERR(FL_EINVAL, "avg_pool: padding top %lld, bottom %lld, left %lld, right %lld: expected top and left "
                       "in 0..2^31-1, bottom and right at least as large (their excess is ceil_mode's) and below 2^31",
                       (long long)g->pt, (long long)g->pb, (long long)g->pl, (long long)g->pr);
+    if (2 * g->pt > g->kh || 2 * g->pl > g->kw)   /* torch's rule; past it a window may hold no position (0/0) */
+        return FL_ERR(FL_EINVAL, "avg_pool: padding top %lld, left %lld must be at most half the kernel %lld×%lld",
+                      (long long)g->pt, (long long)g->pl, (long long)g->kh, (long long)g->kw);
     if (divisor < 0)
         return FL_ERR(FL_EINVAL, "avg_pool: divisor must be >= 1 (0: the count), got %lld", (long long)divisor);
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
@@ -168,7 +182,13 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         const float *gv = st == FL_OK ? fl_tensor_data(hg) : NULL;
         float *d = st == FL_OK ? fl_tensor_data(dx) : NULL;
         int stop = 0, oom = 0;
-        #pragma omp parallel for schedule(static) if (st == FL_OK && NC * L * g->kh * g->kw > 32768)
+        /* the offsets that meet the input, as the forward's (the others add nothing anywhere) */
+        const int64_t i0 = g->pt - (oh - 1) * g->sh > 0 ? g->pt - (oh - 1) * g->sh : 0;
+        const int64_t i1 = h + g->pt < g->kh ? h + g->pt : g->kh;
+        const int64_t j0 = g->pl - (ow - 1) * g->sw > 0 ? g->pl - (ow - 1) * g->sw : 0;
+        const int64_t j1 = w + g->pl < g->kw ? w + g->pl : g->kw;
+        #pragma omp parallel for schedule(static) \
+            if (st == FL_OK && (double)NC * (double)L * (double)g->kh * (double)g->kw > 32768)
         for (int64_t p = 0; p < (st == FL_OK ? NC : 0); p++) {
             FL_WIN_POLL(stop)
             float *q = malloc((size_t)L * sizeof *q);
@@ -180,8 +200,8 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
             const float *gp = gv + p * L;
             for (int64_t l = 0; l < L; l++) q[l] = gp[l] / dv[l];
             float *dst = d + p * h * w;
-            for (int64_t i = 0; i < g->kh; i++)
-                for (int64_t j = 0; j < g->kw; j++) {
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) {
                     const int64_t offw = j - g->pl;
                     int64_t lo, hi;
                     fl_window_inside(offw, g->sw, w, ow, &lo, &hi);

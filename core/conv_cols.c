@@ -69,7 +69,7 @@ static fl_status check(const fl_tensor *x, const fl_tensor *w, const fl_window *
         return FL_ERR(FL_EINVAL, "conv2d_cols: CPU tensors only, got the input on %s and the weight on %s",
                       fl_device_name(x->device), fl_device_name(w->device));
     if (groups < 1 || x->ndim != 4 || w->ndim != 4 || x->shape[1] % groups != 0 || w->shape[0] % groups != 0 ||
-        w->shape[1] * groups != x->shape[1] || w->shape[2] != g->kh || w->shape[3] != g->kw)
+        x->shape[1] / groups != w->shape[1] || w->shape[2] != g->kh || w->shape[3] != g->kw)
         return FL_ERR(FL_EINVAL, "conv2d_cols: expected an input [N, C, H, W] and a weight [OC, C/groups, %lld, %lld] "
                       "with C and OC divisible by groups = %lld, got %s and %s", (long long)g->kh, (long long)g->kw,
                       (long long)groups, fl_shape_str(sx, sizeof sx, x->ndim, x->shape),
@@ -127,6 +127,12 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     if (st == FL_OK) st = weight_operand(&a, w, groups, dt);
     if (st == FL_OK) st = CKL > 0 ? fl_tensor_empty(&y, odt, 4, shape, FL_DEV_CPU)
                                   : fl_tensor_zeros(&y, odt, 4, shape, FL_DEV_CPU);   /* (no input channels: 0) */
+    if (st == FL_OK && numel > 0 && CKL == 0 && bc) {   /* no input channels: the bias alone (0 + b, the add's) */
+        const float *bv = fl_tensor_data(bc);
+        float *yv = fl_tensor_data(y);
+        for (int64_t q = 0; q < N * OC; q++)
+            for (int64_t l = 0; l < L; l++) yv[q * L + l] = 0.0f + bv[q % OC];
+    }
     if (st == FL_OK && numel > 0 && CKL > 0) {
         const int64_t cshape[3] = { nb, C * K, L };
         st = fl_tensor_empty(&cols, dt, 3, cshape, FL_DEV_CPU);

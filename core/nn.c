@@ -819,7 +819,10 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     fl_status st = f32c(&qc, q, "scaled_dot_product_attention", "q");
     if (st == FL_OK) st = f32c(&kc, k, "scaled_dot_product_attention", "k");
     if (st == FL_OK) st = f32c(&vc, v, "scaled_dot_product_attention", "v");
-    int64_t as[4] = { B, H, T, T };
+    int64_t as[4] = { B, H, T, T }, att_numel;
+    /* the probabilities' size checked whether or not they are kept (att NULL below: the CPU's no-grad path makes them
+     * a row block at a time, or in a temporary it sizes from this; [1, 1, 2^32, 0] wrapped T·T there) */
+    if (st == FL_OK) st = fl_shape_numel("scaled_dot_product_attention", 4, as, &att_numel);
     if (st == FL_OK) st = new_like(out, qc, false);
     if (scale <= 0) scale = D ? 1.0 / sqrt((double)D) : 1.0;
     const bool bf16 = fl_autocast_dtype() == FL_BF16;   /* GEMM operands in bf16, as linear layers under autocast */

@@ -126,6 +126,7 @@ fl_status fl_cpu_dev_sdpa_fwd(const float *q, const float *k, const float *v, fl
             free(st);
             if (done) return FL_OK;
         }
+        if (B * H * T * D == 0) return FL_OK;   /* an empty output: nothing to compute (B·H·T·D is q's numel) */
         float *tmp = malloc((size_t)(B * H * T * T > 0 ? B * H * T * T : 1) * sizeof(float));
         if (!tmp) return FL_ERR(FL_ENOMEM, "attention: out of memory for %lld probabilities", (long long)(B * H * T * T));
         fl_cpu_sdpa_causal_fwd(q, k, v, out, tmp, B, H, T, D, scale, causal, bf16);

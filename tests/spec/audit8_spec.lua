@@ -441,3 +441,38 @@ describe("checkpoints and settings (an Accelerate review, 2026-12-06)", function
     assert.matches("pad_inner_dim=false changes nothing without a module_filter_func", err, 1, true)
   end)
 end)
+
+describe("the merged C code under hostile shapes (a review, 2026-12-06)", function()
+  local NN = require("fp8._nn")
+  it("attention with no gradient checks the probabilities' size (T·T wrapped: a segfault)", function()
+    local q = fp8.zeros { 1, 1, 2 ^ 32, 0 }
+    local ok, err = pcall(F.scaled_dot_product_attention, q, q, q)
+    assert.is_false(ok)
+    assert.matches("too large", err, 1, true)
+    local e = fp8.zeros { 2, 3, 5, 0 }
+    assert.are.same({ 2, 3, 5, 0 }, F.scaled_dot_product_attention(e, e, e):shape())
+  end)
+
+  it("an avg pool's window mostly in its padding visits only the positions it covers (it walked every offset)", function()
+    local x = fp8.randn { 1, 2, 2, 2 }
+    -- every window covers the whole 2 × 2 plane: each average is the plane's mean
+    local y = F.avg_pool2d(x, { 16, 1 << 24 }, { stride = 1, padding = { 8, 1 << 23 }, count_include_pad = false })
+    assert.are.same({ 1, 2, 3, 3 }, y:shape())
+    for c = 1, 2 do
+      local want = x:select(2, c):mean():item()
+      local got = y:select(2, c)
+      assert.is_true((got - want):abs():max():item() < 1e-6)
+    end
+    local xg = x:clone():requires_grad_()
+    F.avg_pool2d(xg, { 16, 1 << 24 }, { stride = 1, padding = { 8, 1 << 23 }, count_include_pad = false }):sum():backward()
+    assert.is_true((xg.grad - 9 / 4):abs():max():item() < 1e-6)   -- nine windows, each a quarter to every position
+  end)
+
+  it("a conv without input channels gives its bias", function()
+    local y = NN.conv2d_cols(fp8.zeros { 2, 0, 3, 3 }, fp8.zeros { 4, 0, 1, 1 }, fp8.tensor { 1, 2, 3, 4 },
+      { 1, 1, 1, 1, 1, 1, 0, 0, 0, 0 }, 1, false, false)
+    assert.are.same({ 2, 4, 3, 3 }, y:shape())
+    assert.are.equal(180, y:sum():item())
+    assert.are.equal(4, y:select(2, 4):max():item())
+  end)
+end)
