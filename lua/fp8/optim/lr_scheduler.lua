@@ -221,7 +221,8 @@ local function other_schedule(self, sd)
 end
 
 M._other_schedule = function(sched, sd)
-  if getmetatable(sched) ~= Scheduler or type(sd) ~= "table" then return nil end
+  -- (a Scheduler, not a Plateau: its schedule function; getmetatable answers the class's torch name, not Scheduler)
+  if type(sched) ~= "table" or type(rawget(sched, "_lr_fn")) ~= "function" or type(sd) ~= "table" then return nil end
   return other_schedule(sched, sd)
 end
 
