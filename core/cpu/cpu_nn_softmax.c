@@ -4,9 +4,9 @@
  *
  * The rows' sums of exponentials have one order on every ISA: 8 lanes, lane l adding the exponentials of elements
  * l, l + 8, l + 16, ... of the row's whole groups of 8 in turn, the last n mod 8 added to lane 0 in turn, then
- * 0 + lane 0 + lane 1 + ... + lane 7. That is the order GCC's `omp simd` reduction gives the AVX2 loops below (the
- * only copy before stop 92; tests/c/test_softmax_bits.c checks both copies against that order written out in
- * scalar code). The AVX-512 copies take the exponentials 16 at a time (fl_nn_expf's operations, in its order) and
+ * 0 + lane 0 + lane 1 + ... + lane 7. That is the order GCC's -O2 `omp simd` reduction gave the AVX2 loops below
+ * (the only copy before stop 92), now spelled out in them; tests/c/test_softmax_bits.c checks both copies against
+ * that order written out in scalar code, in the release and the sanitizer builds. The AVX-512 copies take the exponentials 16 at a time (fl_nn_expf's operations, in its order) and
  * add each 16's halves to one 8-lane sum, the lower half first: the same bits, about twice as fast. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
@@ -22,19 +22,47 @@ static inline float row_max(const float *x, int64_t n) {
     return m;
 }
 
+/* The sums below spell the order out (lane arrays, each lane its own accumulator) rather than leave it to an `omp
+ * simd` reduction: GCC's -O2 vectorisation gave this order, its -O1 (the sanitizer build) another one, so the bits
+ * depended on the optimiser until 2026-12-06. The inner loops of 8 still vectorise. */
+
 /* y[j] = exp(x[j] - m); returns Σ y (float lanes; cols ≤ ~10^5 keeps this well inside fp32). */
 static inline float row_exp_sum(const float *x, float *y, int64_t n, float m) {
+    float lane[8] = { 0 };
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) {
+        #pragma omp simd
+        for (int l = 0; l < 8; l++) { const float e = fl_nn_expf(x[j + l] - m); y[j + l] = e; lane[l] += e; }
+    }
+    for (int64_t j = n8; j < n; j++) { const float e = fl_nn_expf(x[j] - m); y[j] = e; lane[0] += e; }
     float s = 0.0f;
-    #pragma omp simd reduction(+:s)
-    for (int64_t j = 0; j < n; j++) { float e = fl_nn_expf(x[j] - m); y[j] = e; s += e; }
+    for (int l = 0; l < 8; l++) s += lane[l];
     return s;
 }
 
-/* Σ exp(x[j] - m) without storing; double accumulation for the loss. */
+/* Σ v(j) over a row in the lanes' order, in double (v: exp(x[j] - m), or x[j] for the smoothing term) */
 static inline double row_sumexp(const float *x, int64_t n, float m) {
+    double lane[8] = { 0 };
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) {
+        #pragma omp simd
+        for (int l = 0; l < 8; l++) lane[l] += (double)fl_nn_expf(x[j + l] - m);
+    }
+    for (int64_t j = n8; j < n; j++) lane[0] += (double)fl_nn_expf(x[j] - m);
     double s = 0.0;
-    #pragma omp simd reduction(+:s)
-    for (int64_t j = 0; j < n; j++) s += (double)fl_nn_expf(x[j] - m);
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s;
+}
+static inline double row_sum_d(const float *x, int64_t n) {
+    double lane[8] = { 0 };
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) {
+        #pragma omp simd
+        for (int l = 0; l < 8; l++) lane[l] += (double)x[j + l];
+    }
+    for (int64_t j = n8; j < n; j++) lane[0] += (double)x[j];
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
     return s;
 }
 
@@ -283,10 +311,7 @@ fl_status fl_cpu_cross_entropy_fwd(const float *logits, const float *target, int
             double lse = (double)m + log(row_sumexp_w(xr, cols, m, wide, r + 1 < r1 ? xr + cols : NULL));
             double l = lse - (1.0 - eps) * (double)xr[(int64_t)t];
             if (eps != 0.0) {
-                double sx = 0.0;
-                #pragma omp simd reduction(+:sx)
-                for (int64_t j = 0; j < cols; j++) sx += (double)xr[j];
-                l -= eps / (double)cols * sx;
+                l -= eps / (double)cols * row_sum_d(xr, cols);
             }
             buf[r] = l;
         }
