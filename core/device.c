@@ -44,7 +44,8 @@ const char *fl_device_unavailable(int id) {
 
 int fl_device_has_entry(int id, const char *name) {
     const fl_device *d = NULL;
-    if (id == FL_DEV_CPU) d = fl_device_get(id);
+    if (id < 0 || id >= FL_DEV_COUNT) d = NULL;
+    else if (id == FL_DEV_CPU || fl_devices[id]) d = fl_device_get(id);   /* registered: no probe on each call */
     else if (fl_device_count(id) > 0) d = fl_device_get(id);   /* probes quietly: no notice where there is no GPU */
 #define FL_HAS_ENTRY(n, params) if (strcmp(name, #n) == 0) return d != NULL && d->n != NULL;
     FL_DEVICE_ENTRIES(FL_HAS_ENTRY)
