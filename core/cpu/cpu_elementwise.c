@@ -56,6 +56,24 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
     }
 }
 
+/* a^s for a scalar s: (float)pow((double)a, s), a libm call per element (12 ns; torch's x.pow(2) was 43× faster).
+ * The exponents a model's code uses most take exact shortcuts with the same values (tests/c/test_ops.c,
+ * pow_scalar_shortcuts, compares them with pow over every 4093rd float and the specials; every float was compared
+ * once by hand): a² is the fp32 product (a·a in double is exact, and one rounding to fp32 is the fp32 multiply's);
+ * a³ and a⁴ are one double rounding of an exact a² times a or a², as pow's correctly rounded double, then fp32;
+ * a^0.5 is sqrtf (a double square root then fp32 rounds as sqrtf: 53 ≥ 2·24 + 2), but +0 at −0 and +inf at −inf,
+ * as pow; a^-1 is 1/a (the same argument for the quotient); a^1 is a, a^0 is 1 (NaN included, as pow). */
+static inline void pow_by_scalar(const float *a, double sd, float *d, int64_t n) {
+    if (sd == 2.0) EW_LOOP(a[i] * a[i]);
+    else if (sd == 3.0) EW_LOOP((float)((double)a[i] * (double)a[i] * (double)a[i]));
+    else if (sd == 4.0) EW_LOOP((float)(((double)a[i] * (double)a[i]) * ((double)a[i] * (double)a[i])));
+    else if (sd == 0.5) EW_LOOP(a[i] == -INFINITY ? INFINITY : sqrtf(a[i]) + 0.0f);
+    else if (sd == -1.0) EW_LOOP(1.0f / a[i]);
+    else if (sd == 1.0) EW_LOOP(a[i]);
+    else if (sd == 0.0) EW_LOOP(1.0f);
+    else for (int64_t i = 0; i < n; i++) d[i] = (float)pow((double)a[i], sd);
+}
+
 /* s op a when first, else a op s. The scalar comes as the double it was given: pow takes it so (a double power,
  * rounded once: x^1.3 with the exponent rounded to fp32 first was 37 ulp off at 1e20); the others in fp32. */
 static inline void scalar_run(fl_binop op, const float *a, double sd, bool first, float *d, int64_t n) {
@@ -69,7 +87,7 @@ static inline void scalar_run(fl_binop op, const float *a, double sd, bool first
     case FL_OP_MINIMUM: if (first) EW_LOOP(minimum1(s, a[i])); else EW_LOOP(minimum1(a[i], s)); break;
     case FL_OP_POW:
         if (first) for (int64_t i = 0; i < n; i++) d[i] = (float)pow(sd, (double)a[i]);
-        else for (int64_t i = 0; i < n; i++) d[i] = (float)pow((double)a[i], sd);
+        else pow_by_scalar(a, sd, d, n);
         break;
     case FL_OP_WHERE: if (first) EW_LOOP(s != 0.0f ? a[i] : -0.0f); else EW_LOOP(a[i] != 0.0f ? s : -0.0f); break;
     case FL_OP_EQ: EW_LOOP(CMP(a[i] == s)); break;

@@ -570,3 +570,38 @@ TEST(ops_quantize_per_column) {
     free(v);
     fl_tensor_release(q); fl_tensor_release(a);
 }
+
+/* x^s by a scalar s: the shortcuts for s = 2, 3, 4, 0.5, -1, 1, 0 (core/cpu/cpu_elementwise.c, pow_by_scalar) give
+ * the bits of (float)pow((double)x, s), the path every other s takes: every 4093rd float and the specials (every float
+ * was compared once by hand: none differs but NaNs' sign and payload bits, which are not compared here). */
+TEST(pow_scalar_shortcuts) {
+    static const float specials[] = { 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN, FLT_MAX,
+                                      -FLT_MAX, 1e-45f, -1e-45f, 1.8446744e19f, 5.421011e-20f, 3.4028235e38f };
+    const int64_t nspec = (int64_t)(sizeof specials / sizeof specials[0]);
+    const int64_t n = (int64_t)(0xFFFFFFFFull / 4093) + 1 + nspec;
+    float *x = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n - nspec; i++) { uint32_t u = (uint32_t)((uint64_t)i * 4093); memcpy(&x[i], &u, 4); }
+    memcpy(x + n - nspec, specials, sizeof specials);
+    fl_tensor *t = NULL;
+    CHECK_OK(fl_tensor_from_f32(&t, x, 1, &n, FL_F32));
+    static const double exps[] = { 2, 3, 4, 0.5, -1, 1, 0, 2.5 };
+    for (size_t e = 0; e < sizeof exps / sizeof exps[0]; e++) {
+        fl_tensor *r = NULL;
+        CHECK_OK(fl_binary_scalar_raw(&r, FL_OP_POW, t, exps[e], false));
+        const float *got = fl_tensor_data(r);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            const float want = (float)pow((double)x[i], exps[e]);
+            uint32_t a, b;
+            memcpy(&a, &got[i], 4);
+            memcpy(&b, &want, 4);
+            if (a != b && !(isnan(want) && isnan(got[i]))) { bad++; if (first < 0) first = i; }
+        }
+        CHECK(bad == 0, "x^%g: %lld of %lld differ from pow, first at x = %a: %a, pow %a", exps[e], (long long)bad,
+              (long long)n, first >= 0 ? (double)x[first] : 0.0, first >= 0 ? (double)got[first] : 0.0,
+              first >= 0 ? pow((double)x[first], exps[e]) : 0.0);
+        fl_tensor_release(r);
+    }
+    fl_tensor_release(t);
+    free(x);
+}
