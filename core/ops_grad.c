@@ -391,11 +391,17 @@ static fl_status clamp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 }
 
 fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double hi) {
-    fl_tensor *r = NULL;
     *out = NULL;
-    FL_TRY(fl_binary_scalar_raw(&r, FL_OP_MAXIMUM, a, lo, false));
-    fl_status st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, r, hi, false);
-    fl_tensor_release(r);
+    /* maximum with −inf and minimum with +inf change no value (a NaN stays NaN): a missing bound takes no pass, and
+     * with both, minimum runs in place on maximum's result (two passes over one new tensor; it made a second) */
+    fl_status st;
+    if (lo == -INFINITY && hi < INFINITY) st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, a, hi, false);
+    else {
+        st = fl_binary_scalar_raw(out, FL_OP_MAXIMUM, a, lo, false);
+        if (st == FL_OK && hi < INFINITY && fl_tensor_numel(*out) > 0)
+            st = fl_device_get((*out)->device)->binary_scalar(FL_OP_MINIMUM, *out, *out, hi, false);
+        if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    }
     if (st != FL_OK || !fl_any_requires_grad(1, &a)) return st;
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, "ClampBackward", clamp_bwd, 1, &a));

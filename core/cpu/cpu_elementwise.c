@@ -12,13 +12,15 @@ FL_VM_MAPS(fl_vm_tanh)
 FL_VM_MAPS(fl_vm_sigmoid)
 
 /* The scalar definitions of the ops that are not one IEEE operation (kernels/elementwise.cu has the same). */
+/* Written as selects, without an early return, so that `omp simd` loops vectorise them (with the return, clamp's
+ * maximum and minimum ran a float at a time: 3.4× torch's clamp). */
 static inline float maximum1(float x, float y) {
-    if (x != x || y != y) return x + y;                  /* NaN in, NaN out */
-    return x > y || (x == y && !signbit(x)) ? x : y;     /* -0 < +0 */
+    const float m = x > y || (x == y && !signbit(x)) ? x : y;   /* -0 < +0 */
+    return x != x || y != y ? x + y : m;                         /* NaN in, NaN out */
 }
 static inline float minimum1(float x, float y) {
-    if (x != x || y != y) return x + y;
-    return x < y || (x == y && signbit(x)) ? x : y;
+    const float m = x < y || (x == y && signbit(x)) ? x : y;
+    return x != x || y != y ? x + y : m;
 }
 static inline float pow1(float x, float y) { return (float)pow((double)x, (double)y); }
 static inline float atan21(float y, float x) { return (float)atan2((double)y, (double)x); }
@@ -59,16 +61,20 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
 /* a^s for a scalar s: (float)pow((double)a, s), a libm call per element (12 ns; torch's x.pow(2) was 43× faster).
  * The exponents a model's code uses most take exact shortcuts with the same values (tests/c/test_ops.c,
  * pow_scalar_shortcuts, compares them with pow over every 4093rd float and the specials; every float was compared
- * once by hand): a² is the fp32 product (a·a in double is exact, and one rounding to fp32 is the fp32 multiply's);
+ * once by hand, NaNs' sign bits aside): a² is the fp32 product (a·a in double is exact, and one rounding to fp32 is the fp32 multiply's);
  * a³ and a⁴ are one double rounding of an exact a² times a or a², as pow's correctly rounded double, then fp32;
  * a^0.5 is sqrtf (a double square root then fp32 rounds as sqrtf: 53 ≥ 2·24 + 2), but +0 at −0 and +inf at −inf,
- * as pow; a^-1 is 1/a (the same argument for the quotient); a^1 is a, a^0 is 1 (NaN included, as pow). */
+ * as pow; a^-1 is 1/a (the same argument for the quotient); a^-2 and a^-0.5 are 1/(a·a) and 1/√a in double, then
+ * fp32 (not proven so, but equal to pow's on every float: checked once by hand), +inf at ±0 and 0 at −inf for a^-0.5;
+ * a^1 is a, a^0 is 1 (NaN included, as pow). The backward of x^s takes x^(s−1): pow 2's and 0.5's use these too. */
 static inline void pow_by_scalar(const float *a, double sd, float *d, int64_t n) {
     if (sd == 2.0) EW_LOOP(a[i] * a[i]);
     else if (sd == 3.0) EW_LOOP((float)((double)a[i] * (double)a[i] * (double)a[i]));
     else if (sd == 4.0) EW_LOOP((float)(((double)a[i] * (double)a[i]) * ((double)a[i] * (double)a[i])));
     else if (sd == 0.5) EW_LOOP(a[i] == -INFINITY ? INFINITY : sqrtf(a[i]) + 0.0f);
     else if (sd == -1.0) EW_LOOP(1.0f / a[i]);
+    else if (sd == -2.0) EW_LOOP((float)(1.0 / ((double)a[i] * (double)a[i])));
+    else if (sd == -0.5) EW_LOOP(a[i] == -INFINITY ? 0.0f : a[i] == 0.0f ? INFINITY : (float)(1.0 / sqrt((double)a[i])));
     else if (sd == 1.0) EW_LOOP(a[i]);
     else if (sd == 0.0) EW_LOOP(1.0f);
     else for (int64_t i = 0; i < n; i++) d[i] = (float)pow((double)a[i], sd);

@@ -1,0 +1,100 @@
+-- Changed on 2026-12-06 (stop 93): ops a survey against PyTorch 2.15 found slow (docs/performance.md, "Elementwise
+-- ops a second survey found slow"): clamp in one or two passes over one new tensor, maximum/minimum as selects,
+-- x^s's shortcuts; their values are those of the definitions below.
+local inf, nan = math.huge, 0 / 0
+
+local function bits_equal(a, b)   -- NaN equals NaN; -0 and +0 differ
+  if a ~= a then return b ~= b end
+  if a == 0 and b == 0 then return 1 / a == 1 / b end
+  return a == b
+end
+local function f32(v) return fp8.tensor { v }:item() end
+
+local SPECIAL = { 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, inf, -inf, nan, 1e-40, -1e-40, 3.4e38, -3.4e38,
+  1.1754944e-38, 0.999999940395, 1.00000011920929, 7.3, -7.3 }
+
+describe("clamp between numbers", function()
+  -- maximum(x, lo) then minimum(., hi); NaN stays NaN; -0 below +0
+  local function ref(x, lo, hi)
+    if x ~= x then return x end
+    local r = x
+    if lo and (r < lo or (r == lo and 1 / r < 0 and 1 / lo > 0)) then r = lo end
+    if hi and (r > hi or (r == hi and 1 / r > 0 and 1 / hi < 0)) then r = hi end
+    return r
+  end
+  it("gives maximum-then-minimum's values, NaN, ±0 and infinities included, in every dtype and layout", function()
+    local bounds = { { -1, 1 }, { 0.0, nil }, { nil, -0.0 }, { -0.0, 0.0 }, { -inf, 2 }, { 1, inf }, { 2, 1 }, { 0.5, 0.5 } }
+    for _, dt in ipairs { "fp32", "bf16", "fp16" } do
+      local base = fp8.tensor(SPECIAL):to(dt)
+      local vals = base:totable()
+      -- a strided view too (every other element of a 2-d layout's transpose)
+      local x2 = fp8.tensor { SPECIAL, SPECIAL }:to(dt):t()
+      for _, b in ipairs(bounds) do
+        local lo, hi = b[1], b[2]
+        local got = base:clamp(lo, hi):totable()
+        local got2 = x2:clamp(lo, hi):select(2, 2):totable()
+        for i, v in ipairs(vals) do
+          local want = fp8.tensor { ref(v, lo and f32(lo), hi and f32(hi)) }:to(dt):item()
+          assert.is_true(bits_equal(got[i], want), ("%s clamp(%s, %s) of %s: %s, want %s"):format(dt, tostring(lo),
+            tostring(hi), tostring(v), tostring(got[i]), tostring(want)))
+          assert.is_true(bits_equal(got2[i], want), ("%s strided clamp(%s, %s) of %s"):format(dt, tostring(lo),
+            tostring(hi), tostring(v)))
+        end
+      end
+    end
+  end)
+  it("returns a new tensor, the input unchanged, and keeps torch's gradient", function()
+    local x = fp8.tensor { -3, -1, 0, 0.5, 1, 4 }
+    local y = x:clamp(-1, 1)
+    y:fill_(9)
+    assert.are.same({ -3, -1, 0, 0.5, 1, 4 }, x:totable())
+    local xg = fp8.tensor { -3, -1, 0, 0.5, 1, 4 }:requires_grad_()
+    xg:clamp(-1, 1):sum():backward()
+    assert.are.same({ 0, 0, 1, 1, 0, 0 }, xg.grad:totable())   -- strictly inside only (2.15's rule)
+    local xm = fp8.tensor { -3, -1, 0, 4 }:requires_grad_()
+    xm:clamp_min(-1):sum():backward()
+    assert.are.same({ 0, 0, 1, 1 }, xm.grad:totable())
+  end)
+end)
+
+describe("maximum and minimum as selects", function()
+  it("keep NaN in, NaN out and -0 < +0 against a scalar and a tensor", function()
+    local x = fp8.tensor(SPECIAL)
+    local vals = x:totable()
+    for _, s in ipairs { 0.0, -0.0, 1.0, -inf, inf } do
+      local mx, mn = x:maximum(fp8.tensor(s)):totable(), x:minimum(fp8.tensor(s)):totable()
+      for i, v in ipairs(vals) do
+        local wmx, wmn
+        if v ~= v then wmx, wmn = v, v
+        elseif v == s then
+          wmx = (1 / v > 0 or 1 / s > 0) and math.abs(v) or v
+          wmn = (1 / v < 0 or 1 / s < 0) and -math.abs(v) or v
+          if v ~= 0 then wmx, wmn = v, v end
+        else wmx, wmn = math.max(v, s), math.min(v, s) end
+        assert.is_true(bits_equal(mx[i], wmx), ("maximum(%s, %s): %s"):format(v, s, mx[i]))
+        assert.is_true(bits_equal(mn[i], wmn), ("minimum(%s, %s): %s"):format(v, s, mn[i]))
+      end
+    end
+  end)
+end)
+
+describe("x^s by a number", function()
+  it("takes the shortcuts with pow's values at the specials, and their gradients", function()
+    local x = fp8.tensor(SPECIAL)
+    local vals = x:totable()
+    for _, s in ipairs { 2, 3, 4, 0.5, -1, -2, -0.5, 1, 0 } do
+      local got = x:pow(s):totable()
+      for i, v in ipairs(vals) do
+        local want = f32(v ^ s)   -- Lua's pow in double, rounded to fp32 (the general path's definition)
+        assert.is_true(bits_equal(got[i], want) or (got[i] ~= got[i] and want ~= want),
+          ("%s^%s: %s, want %s"):format(v, s, got[i], want))
+      end
+    end
+    local xg = fp8.tensor { -2, 0.5, 3 }:requires_grad_()
+    xg:pow(2):sum():backward()
+    assert.are.same({ -4, 1, 6 }, xg.grad:totable())
+    local xr = fp8.tensor { 4, 0.25 }:requires_grad_()
+    xr:pow(0.5):sum():backward()
+    assert.are.same({ 0.25, 1 }, xr.grad:totable())   -- 0.5·x^-0.5
+  end)
+end)
