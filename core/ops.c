@@ -200,6 +200,55 @@ fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int di
     return FL_OK;
 }
 
+/* argmax / argmin's rule (torch's): the first position of the largest (smallest) value, where -0 and +0 are equal,
+ * and the first NaN where there is one. One contiguous run: a vectorised pass for the extreme value and whether a
+ * NaN is there, then a scan for its first position (it was one scalar pass with a branch per element: 3× torch's
+ * max(dim)). */
+static int64_t arg_extreme_run(const float *p, int64_t n, bool want_min) {
+    float m = p[0];
+    int nan = 0;
+    if (want_min) {
+        _Pragma("omp simd reduction(min:m) reduction(|:nan)")
+        for (int64_t s = 0; s < n; s++) { m = p[s] < m ? p[s] : m; nan |= p[s] != p[s]; }
+    } else {
+        _Pragma("omp simd reduction(max:m) reduction(|:nan)")
+        for (int64_t s = 0; s < n; s++) { m = p[s] > m ? p[s] : m; nan |= p[s] != p[s]; }
+    }
+    int64_t s = 0;
+    if (nan) while (p[s] == p[s]) s++;
+    else while (p[s] != m) s++;
+    return s;
+}
+/* Along a dim with `inner` columns after it: each column's running extreme and its position, the columns
+ * vectorised (a NaN, once taken, stays: later values are not compared with it). */
+static void arg_extreme_cols(const float *p, int64_t n, int64_t inner, bool want_min, float *idx) {
+    enum { W = 256 };
+    for (int64_t j0 = 0; j0 < inner; j0 += W) {
+        const int64_t w = inner - j0 < W ? inner - j0 : W;
+        float bv[W], bi[W];
+        for (int64_t j = 0; j < w; j++) { bv[j] = p[j0 + j]; bi[j] = 0.0f; }
+        for (int64_t s = 1; s < n; s++) {
+            const float *row = p + s * inner + j0, fs = (float)s;
+            if (want_min) {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < w; j++) {
+                    const bool take = bv[j] == bv[j] && (row[j] != row[j] || row[j] < bv[j]);
+                    bv[j] = take ? row[j] : bv[j];
+                    bi[j] = take ? fs : bi[j];
+                }
+            } else {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < w; j++) {
+                    const bool take = bv[j] == bv[j] && (row[j] != row[j] || row[j] > bv[j]);
+                    bv[j] = take ? row[j] : bv[j];
+                    bi[j] = take ? fs : bi[j];
+                }
+            }
+        }
+        for (int64_t j = 0; j < w; j++) idx[j0 + j] = bi[j];
+    }
+}
+
 fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim, bool want_min) {
     *out = NULL;
     const char *name = want_min ? "argmin" : "argmax";
@@ -224,23 +273,19 @@ fl_status fl_argreduce(fl_tensor **out, const fl_tensor *a, int dim, bool keepdi
     /* the values as contiguous fp32 on the host */
     fl_tensor *h = NULL, *f = NULL, *c = NULL, *r = NULL;
     fl_status st = fl_tensor_to_device(&h, a, FL_DEV_CPU);
-    if (st == FL_OK) st = fl_tensor_to(&f, h, FL_F32);
+    if (st == FL_OK) {   /* (fl_tensor_to copies even to its own dtype) */
+        if (h->dtype == FL_F32) f = fl_tensor_retain(h);
+        else st = fl_tensor_to(&f, h, FL_F32);
+    }
     if (st == FL_OK) st = fl_tensor_contiguous(&c, f);
     if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, kn, kshape, FL_DEV_CPU);
     if (st == FL_OK) {
         const float *x = fl_tensor_data(c);
         float *idx = fl_tensor_data(r);
         for (int64_t o = 0; o < outer; o++) {
-            for (int64_t j = 0; j < inner; j++) {
-                const float *p = x + o * size * inner + j;
-                int64_t best = 0;
-                float bv = p[0];
-                for (int64_t s = 1; s < size && bv == bv; s++) {
-                    float v = p[s * inner];
-                    if (v != v || (want_min ? v < bv : v > bv)) { best = s; bv = v; }
-                }
-                idx[o * inner + j] = (float)best;
-            }
+            if ((o & 255) == 0 && (st = fl_check_interrupt()) != FL_OK) break;
+            if (inner == 1) idx[o] = (float)arg_extreme_run(x + o * size, size, want_min);
+            else arg_extreme_cols(x + o * size * inner, size, inner, want_min, idx + o * inner);
         }
     }
     fl_tensor_release(h); fl_tensor_release(f); fl_tensor_release(c);

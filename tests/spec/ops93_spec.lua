@@ -98,3 +98,49 @@ describe("x^s by a number", function()
     assert.are.same({ 0.25, 1 }, xr.grad:totable())   -- 0.5·x^-0.5
   end)
 end)
+
+describe("argmax, argmin and max/min along a dim", function()
+  -- torch's rule: the first position of the extreme value (-0 == +0), the first NaN where there is one
+  local function ref_arg(vals, want_min)
+    local best, bv = 1, vals[1]
+    for s = 2, #vals do
+      if bv ~= bv then break end
+      local v = vals[s]
+      if v ~= v or (want_min and v < bv) or (not want_min and v > bv) then best, bv = s, v end
+    end
+    return best - 1
+  end
+  it("take the first extreme, ties, -0/+0 and NaN included, along every dim of every layout", function()
+    fp8.manual_seed(93)
+    local pool = { 0.0, -0.0, 1.0, -1.0, 2.0, -2.0, nan, math.huge, -math.huge, 0.5 }
+    for _, shape in ipairs { { 7, 300 }, { 300, 7 }, { 3, 5, 260 }, { 4, 513, 3 }, { 1, 1 }, { 9 } } do
+      local n = 1
+      for _, s in ipairs(shape) do n = n * s end
+      -- mostly a few distinct values (ties everywhere), some rows with a NaN, some without
+      local idx = (fp8.rand { n } * #pool):floor():totable()
+      local v = {}
+      for i = 1, n do v[i] = pool[math.floor(idx[i]) + 1]; if v[i] ~= v[i] and i % 3 ~= 0 then v[i] = 1.5 end end
+      for _, dt in ipairs { "fp32", "bf16" } do
+        local x = fp8.tensor(v):to(dt):reshape(shape)
+        for d = 1, #shape do
+          for _, want_min in ipairs { false, true } do
+            local got = (want_min and x:argmin(d) or x:argmax(d)):reshape(-1):totable()
+            local vals, ids
+            if want_min then vals, ids = x:min(d) else vals, ids = x:max(d) end
+            ids = ids:reshape(-1):totable()
+            vals = vals:reshape(-1):totable()
+            -- walk every line along d
+            local xm = x:movedim(d, #shape):contiguous():reshape { -1, shape[d] }:totable()
+            for l = 1, #xm do
+              local want = ref_arg(xm[l], want_min)
+              assert.are.equal(want, got[l], ("%s %s arg%s along %d, line %d"):format(dt, table.concat(shape, "x"),
+                want_min and "min" or "max", d, l))
+              assert.are.equal(want, ids[l])
+              assert.is_true(bits_equal(vals[l], xm[l][want + 1]) or (vals[l] ~= vals[l] and xm[l][want + 1] ~= xm[l][want + 1]))
+            end
+          end
+        end
+      end
+    end
+  end)
+end)
