@@ -1,0 +1,68 @@
+-- Found on 2026-12-06 (stop 93): FP8 numerics and the three recipe families read against their originals
+-- (TransformerEngine's delayed scaling, torchao's float8 training, MS-AMP's levels) and the casts against ml_dtypes.
+-- docs/robustness.md, "FP8 numerics and recipes read against their originals (stop 93)".
+local nn = fp8.nn
+
+-- A prepared three-layer te model and one training step of it.
+local function te_model(handler)
+  fp8.manual_seed(1)
+  local model = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 16))
+  local opt = fp8.optim.SGD(model:parameters(), { lr = 0.01 })
+  local acc = fp8.Accelerator { mixed_precision = "fp8", kwargs_handlers = { handler or fp8.TERecipeKwargs { amax_history_len = 4 } } }
+  model, opt = acc:prepare(model, opt)
+  local function step(x)
+    local y = model(x or fp8.randn { 16, 32 })
+    local loss = (y * y):mean()
+    acc:backward(loss)
+    opt:step()
+    opt:zero_grad()
+    return loss:item()
+  end
+  return model, step, acc
+end
+
+describe("fp8_meta:load_state checks what it takes", function()
+  it("refuses a scale fp32 cannot hold, bad counts, a negative amax and another format, and writes nothing then", function()
+    local model, step = te_model()
+    step()
+    local meta = model[2].fp8_meta
+    local before = meta:state()
+    local cases = {
+      { function(st) st.input.scale = 1e-50 end, "input.scale must be finite and > 0 in fp32" },   -- fp32 0: scale_inv inf
+      { function(st) st.grad.scale = 1e39 end, "grad.scale must be finite and > 0 in fp32" },      -- fp32 inf
+      { function(st) st.weight.scale = 1e-39 end, "weight.scale must be finite and > 0 in fp32" }, -- 1/s overflows
+      { function(st) st.input.scale = "1" end, "input.scale must be a number, got string" },
+      { function(st) st.grad.updates = -5 end, "grad.updates must be an integer >= 0, got -5" },
+      { function(st) st.grad.updates = 1.5 end, "grad.updates must be an integer >= 0, got 1.5" },
+      { function(st) st.input.warm = -1 end, "input.warm must be an integer >= 0, got -1" },
+      { function(st) st.input.history[2] = -3 end, "input.history[2] is -3 (an amax is >= 0)" },
+      { function(st) st.grad.format = "e4m3" end, "grad.format is e4m3, but this layer casts the grad role to e5m2" },
+    }
+    for _, c in ipairs(cases) do
+      local st = meta:state()
+      st.input.scale = 7   -- a valid change in a role checked before the bad one: must not be written either
+      c[1](st)
+      local ok, err = pcall(meta.load_state, meta, st)
+      assert.is_false(ok)
+      assert.matches(c[2], err, 1, true)
+      local now = meta:state()
+      for _, r in ipairs { "input", "weight", "grad" } do
+        assert.equal(before[r].scale, now[r].scale)
+        assert.equal(before[r].updates, now[r].updates)
+        assert.same(before[r].history, now[r].history)
+      end
+    end
+    -- the layer trains on with finite losses (a scale of 1e-50 had made every later loss NaN)
+    local loss = step()
+    assert.is_true(loss == loss and loss < math.huge)
+    -- what state() gives loads back, NaN and inf amaxes included (recorded states), and whole-number counts as floats
+    local st = meta:state()
+    st.input.history[3], st.input.history[4] = 0 / 0, math.huge
+    st.input.updates = 4.0
+    meta:load_state(st)
+    local now = meta:state()
+    assert.equal(4, now.input.updates)
+    assert.is_true(now.input.history[3] ~= now.input.history[3])
+    assert.equal(math.huge, now.input.history[4])
+  end)
+end)
