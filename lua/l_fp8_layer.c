@@ -295,8 +295,18 @@ static int l_meta_load_state(lua_State *L) {
          * next cast replaces, as it does after the update in a run not interrupted (it kept it as the new max) */
         s->step_ended = s->rule != FL_SCALE_DELAYED;
     }
+    l->syncs++;
     fl_fp8_layer_drop_cache(l);
     return 0;
+}
+
+/* meta:_syncs() -> the layer's update calls and state loads (core/fp8_linear.h), cheap: fp8_linear.lua reads it at
+ * every recording forward */
+static int l_meta_syncs(lua_State *L) {
+    fl_fp8_layer *l = check_meta(L, 1);
+    fl_lmaxargs(L, 1, "_syncs", "no arguments");
+    lua_pushinteger(L, l->syncs);
+    return 1;
 }
 
 /* linear(x, w, b|nil, meta, record, w_fp8|nil, residual|nil) -> y (residual + the layer, the add in the GEMM's
@@ -357,6 +367,7 @@ static const luaL_Reg meta_methods[] = {
     {"drop_cache", l_meta_drop_cache},
     {"state", l_meta_state},
     {"load_state", l_meta_load_state},
+    {"_syncs", l_meta_syncs},
     {NULL, NULL},
 };
 

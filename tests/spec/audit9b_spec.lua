@@ -3,6 +3,11 @@
 -- docs/robustness.md, "FP8 numerics and recipes read against their originals (stop 93)".
 local nn = fp8.nn
 
+-- te's rule in fp32 as the core computes it: (448 · 2^-margin) / amax, one rounding
+local function core_scale(amax, margin)
+  return require("fp8._fp8_layer").scale_for(amax, "e4m3", margin, false)
+end
+
 -- A prepared three-layer te model and one training step of it.
 local function te_model(handler)
   fp8.manual_seed(1)
@@ -64,5 +69,79 @@ describe("fp8_meta:load_state checks what it takes", function()
     assert.equal(4, now.input.updates)
     assert.is_true(now.input.history[3] ~= now.input.history[3])
     assert.equal(math.huge, now.input.history[4])
+  end)
+end)
+
+describe("a model converted by hand and trained by its own optimizer", function()
+  -- convert_model + fp8.fp8_autocast + a plain optimizer: the recipe's update after each step was the prepared
+  -- optimizer's alone, so te's scales stayed 1 and its history never rolled (TransformerEngine's fp8_autocast
+  -- updates by itself)
+  local function hand_model(recipe)
+    fp8.manual_seed(2)
+    local model = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32))
+    fp8.convert_model(model, { recipe = recipe })
+    local opt = fp8.optim.SGD(model:parameters(), { lr = 0.01 })
+    local function fwd_bwd(x)
+      local y = fp8.fp8_autocast(function() return model(x) end)
+      ;(y * y):mean():backward()
+    end
+    return model, opt, fwd_bwd
+  end
+
+  it("te: each step's update is made before the next forward, once per optimizer step", function()
+    local model, opt, fwd_bwd = hand_model(fp8.TERecipeKwargs { amax_history_len = 4, margin = 1 })
+    local meta = model[2].fp8_meta
+    local amaxes = {}
+    for step = 1, 3 do
+      local x = fp8.randn { 16, 32 } * step
+      fwd_bwd(x)
+      local st = meta:state()
+      amaxes[step] = st.input.history[1]
+      assert.equal(step - 1, st.input.updates)   -- the previous steps' updates, made at this step's forward
+      if step > 1 then
+        -- the scale this step's forward cast with: the previous step's amax (most_recent), margin 1, in fp32
+        local want = core_scale(amaxes[step - 1], 1)
+        assert.equal(want, st.input.scale)
+        assert.equal(amaxes[step - 1], st.input.history[2])   -- the ring rolled
+      end
+      opt:step()
+      opt:zero_grad()
+    end
+    -- gradient accumulation: forwards without an optimizer step between them make no update
+    fwd_bwd(fp8.randn { 16, 32 })
+    fwd_bwd(fp8.randn { 16, 32 })
+    assert.equal(3, meta:state().input.updates)
+    opt:step()
+    opt:zero_grad()
+    fwd_bwd(fp8.randn { 16, 32 })
+    assert.equal(4, meta:state().input.updates)
+    -- a state loaded between steps is the state after an update: the next forward does not make another
+    opt:step()
+    local sd = model:state_dict()
+    model:load_state_dict(sd)
+    local before = meta:state().input.updates
+    fwd_bwd(fp8.randn { 16, 32 })
+    assert.equal(before, meta:state().input.updates)
+  end)
+
+  it("msamp: the warm-up ends after 16 steps, as under the Accelerator", function()
+    local model, opt, fwd_bwd = hand_model({ backend = "msamp" })
+    local meta = model[2].fp8_meta
+    for _ = 1, 18 do
+      fwd_bwd(fp8.randn { 16, 32 })
+      opt:step()
+      opt:zero_grad()
+    end
+    local st = meta:state()
+    assert.equal(17, st.input.warm)
+    assert.is_false(st.input.in_time)
+  end)
+
+  it("the Accelerator's steps are not updated twice", function()
+    local model, step = te_model()
+    for _ = 1, 5 do step() end
+    local st = model[2].fp8_meta:state()
+    assert.equal(5, st.input.updates)
+    assert.equal(5, st.grad.updates)
   end)
 end)
