@@ -145,3 +145,63 @@ describe("a model converted by hand and trained by its own optimizer", function(
     assert.equal(5, st.grad.updates)
   end)
 end)
+
+describe("msamp's warm-up and a NaN or an inf after it", function()
+  -- docs/fp8-spec.md §4 said an update whose amax was NaN restarts the warm-up; once warmed up a cast with the
+  -- window's scale passes NaN over (as te's), so only an inf does (pinned here, the docs now say so)
+  it("a NaN batch neither enters the window nor restarts the warm-up; an inf does both", function()
+    fp8.manual_seed(4)
+    local layer = fp8.recipes.linear_to_fp8(nn.Linear(32, 32), { backend = "msamp" })
+    local function step(x)
+      fp8.fp8_autocast(function() return layer(x) end)
+      layer:fp8_update()
+      return layer.fp8_meta:state().input
+    end
+    for _ = 1, 17 do step(fp8.randn { 8, 32 }) end
+    local st = step(fp8.randn { 8, 32 })
+    assert.equal(18, st.warm)
+    assert.is_false(st.in_time)
+    local x = fp8.randn { 8, 32 }
+    x[1][1] = 0 / 0
+    st = step(x)
+    assert.equal(19, st.warm)
+    assert.is_true(st.history[2] == st.history[2] and st.history[2] > 0)   -- the other values' amax, not NaN
+    x = fp8.randn { 8, 32 }
+    x[1][1] = math.huge
+    st = step(x)
+    assert.equal(0, st.warm)
+    assert.equal(math.huge, st.history[2])
+    assert.is_true(st.in_time)
+  end)
+end)
+
+describe("convert_model of a model that is itself the layer it swaps", function()
+  it("is refused, naming the function that returns the new layer (it came back unchanged)", function()
+    local cases = {
+      { function() return fp8.convert_model(nn.Linear(32, 32), { recipe = { backend = "msamp" } }) end,
+        "the model is itself a Linear, which convert_model cannot replace", "fp8.recipes.linear_to_fp8(model, recipe)" },
+      { function() return fp8.convert_model(nn.LayerNorm(32)) end, "itself a LayerNorm", "fp8.recipes.ln_to_fp8(model)" },
+      { function() return fp8.convert_model(fp8.recipes.linear_to_fp8(nn.Linear(32, 32), { backend = "te" }),
+          { to_fp8 = false }) end, "itself an FP8Linear", "fp8.recipes.to_plain(model)" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.matches(c[2], err, 1, true)
+      assert.matches(c[3], err, 1, true)
+    end
+    -- what the options leave alone is still no error: a LayerNorm with convert_ln=false, an FP8Linear to FP8
+    local ln = nn.LayerNorm(32)
+    assert.equal(ln, (fp8.convert_model(ln, { convert_ln = false })))
+    local q = fp8.recipes.linear_to_fp8(nn.Linear(32, 32), { backend = "te" })
+    assert.equal(q, (fp8.convert_model(q)))
+    -- prepare and unwrap_model, which convert a root themselves, still do
+    local acc = fp8.Accelerator { mixed_precision = "fp8", config = false, env = {},
+      kwargs_handlers = { fp8.TERecipeKwargs {} } }
+    local m = acc:prepare(nn.Linear(32, 32))
+    assert.equal("FP8Linear", getmetatable(m).__name)
+    assert.equal("Linear", getmetatable(acc:unwrap_model(m, false)).__name)
+    local kept = acc:prepare(nn.Linear(30, 30))   -- the shape rule keeps it in high precision, with a notice
+    assert.equal("Linear", getmetatable(kept).__name)
+  end)
+end)
