@@ -53,6 +53,7 @@ void fl_fp8_layer_release(fl_fp8_layer *l) {
 
 fl_status fl_fp8_layer_update(fl_fp8_layer *l) {
     fl_status st = FL_OK;
+    l->syncs++;
     for (int i = 0; i < FL_NROLES; i++) {
         fl_status r = fl_scaling_update(&l->role[i]);
         if (st == FL_OK) st = r;

@@ -45,6 +45,9 @@ typedef struct fl_fp8_layer {
      * next layer's fused GELU backward cast (core/fp8_linear.c, handover_dgelu); residual_adds: forwards whose
      * residual the FP8 GEMM added as it stored its result (fl_fp8_linear's residual) */
     int64_t forwards, backwards, weight_casts, cache_hits, fused_input_casts, dy_handovers, residual_adds;
+    /* fl_fp8_layer_update calls and state loads (the binding's load_state): a layer trained without the
+     * Accelerator tells by it whether an optimizer step had its update (lua/fp8/nn/fp8_linear.lua) */
+    int64_t syncs;
 } fl_fp8_layer;
 
 /* A layer taking over the three initialised roles (roles[i] is moved, not copied). */

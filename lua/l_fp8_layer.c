@@ -208,20 +208,56 @@ static int l_meta_state(lua_State *L) {
     return 1;
 }
 
-/* meta:load_state(t): scales, histories and update counts from a table made by state() (checkpoints). */
+/* A count field (updates, warm) of the role table at the top: absent -> *present false; else an integer >= 0 (a
+ * whole float too, as fp8_state.unpack reads them), or an error naming it (a NaN, 1.5 or -5 was taken as it was, or
+ * left the layer's own count without a word). */
+static lua_Integer role_count(lua_State *L, const char *role, const char *k, bool *present) {
+    lua_getfield(L, -1, k);
+    *present = !lua_isnil(L, -1);
+    int isint = 0;
+    lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+    if (*present && (!isint || v < 0))
+        luaL_error(L, "load_state: %s.%s must be an integer >= 0, got %s", role, k,
+                   lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return v;
+}
+
+/* meta:load_state(t): scales, histories and update counts from a table made by state() (checkpoints). Every role is
+ * checked before any is written, so a refused table leaves the layer as it was: the scale as fp32 holds it finite and
+ * > 0 with a finite reciprocal (1e-50 became 0 and 1e39 inf, and every later cast of the role NaN), no negative amax in
+ * the history (NaN and inf are recorded states), the counts integers >= 0, and a format, where the table names one,
+ * the role's own (a HYBRID grad scale is for E5M2's range). */
 static int l_meta_load_state(lua_State *L) {
     fl_fp8_layer *l = check_meta(L, 1);
+    fl_lmaxargs(L, 2, "load_state", "(state table from meta:state())");
     luaL_checktype(L, 2, LUA_TTABLE);
     const char *const *keys = fl_fp8_role_names;
-    for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* then overwritten */
+    float scale[FL_NROLES];
+    lua_Integer upd[FL_NROLES], warm[FL_NROLES];
+    bool has_upd[FL_NROLES], has_warm[FL_NROLES];
     for (int i = 0; i < FL_NROLES; i++) {
-        fl_scaling *s = &l->role[i];
+        const fl_scaling *s = &l->role[i];
         lua_getfield(L, 2, keys[i]);
         if (!lua_istable(L, -1)) return luaL_error(L, "load_state: missing role '%s'", keys[i]);
         lua_getfield(L, -1, "scale");
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            return luaL_error(L, "load_state: %s.scale must be a number, got %s", keys[i], luaL_typename(L, -1));
         double sc = lua_tonumber(L, -1);
         lua_pop(L, 1);
-        if (!(sc > 0) || !isfinite(sc)) return luaL_error(L, "load_state: %s.scale must be a finite number > 0", keys[i]);
+        scale[i] = (float)sc;
+        if (!(sc > 0) || !isfinite(sc) || !(scale[i] > 0) || !isfinite(scale[i]) || !isfinite(1.0f / scale[i]))
+            return luaL_error(L, "load_state: %s.scale must be finite and > 0 in fp32, with a finite reciprocal "
+                                 "(from about 2.9e-39 to 3.4e38), got %s", keys[i], (lua_pushnumber(L, sc), lua_tostring(L, -1)));
+        lua_getfield(L, -1, "format");
+        if (!lua_isnil(L, -1)) {
+            const char *f = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+            if (!f || strcmp(f, fl_format(s->fmt)->name) != 0)
+                return luaL_error(L, "load_state: %s.format is %s, but this layer casts the %s role to %s (its scale "
+                                     "is for another format's range)", keys[i], f ? f : luaL_typename(L, -1), keys[i],
+                                  fl_format(s->fmt)->name);
+        }
+        lua_pop(L, 1);
         lua_getfield(L, -1, "history");
         if (!lua_istable(L, -1) || (int)lua_rawlen(L, -1) != s->amax_history_len)
             return luaL_error(L, "load_state: %s.history must be a list of %d numbers (the layer's amax_history_len)",
@@ -229,30 +265,48 @@ static int l_meta_load_state(lua_State *L) {
         for (int k = 0; k < s->amax_history_len; k++) {
             lua_rawgeti(L, -1, k + 1);
             if (lua_type(L, -1) != LUA_TNUMBER) return luaL_error(L, "load_state: %s.history[%d] is not a number", keys[i], k + 1);
+            if (lua_tonumber(L, -1) < 0)
+                return luaL_error(L, "load_state: %s.history[%d] is %s (an amax is >= 0)", keys[i], k + 1,
+                                  lua_tostring(L, -1));
             lua_pop(L, 1);
         }
+        lua_pop(L, 1);
+        upd[i] = role_count(L, keys[i], "updates", &has_upd[i]);
+        warm[i] = role_count(L, keys[i], "warm", &has_warm[i]);
+        lua_pop(L, 1);
+    }
+    for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* then overwritten */
+    for (int i = 0; i < FL_NROLES; i++) {
+        fl_scaling *s = &l->role[i];
+        lua_getfield(L, 2, keys[i]);
+        lua_getfield(L, -1, "history");
         for (int k = 0; k < s->amax_history_len; k++) {
             lua_rawgeti(L, -1, k + 1);
             s->history[k] = (float)lua_tonumber(L, -1);
             lua_pop(L, 1);
         }
-        lua_pop(L, 1);
-        lua_getfield(L, -1, "updates");
-        s->updates = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : s->updates;
-        lua_pop(L, 1);
+        lua_pop(L, 2);
+        if (has_upd[i]) s->updates = upd[i];
         /* the warm-up count (state layout 2); absent (layout 1, made before warm-up existed): over */
-        lua_getfield(L, -1, "warm");
-        s->warm = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0 ? lua_tointeger(L, -1) : s->warmup;
-        lua_pop(L, 1);
-        s->scale = (float)sc;
+        s->warm = has_warm[i] ? warm[i] : s->warmup;
+        s->scale = scale[i];
         s->scale_inv = 1.0f / s->scale;
         /* current scaling: the saved history[0] is the last step's max (a checkpoint is made after a step), which the
          * next cast replaces, as it does after the update in a run not interrupted (it kept it as the new max) */
         s->step_ended = s->rule != FL_SCALE_DELAYED;
-        lua_pop(L, 1);
     }
+    l->syncs++;
     fl_fp8_layer_drop_cache(l);
     return 0;
+}
+
+/* meta:_syncs() -> the layer's update calls and state loads (core/fp8_linear.h), cheap: fp8_linear.lua reads it at
+ * every recording forward */
+static int l_meta_syncs(lua_State *L) {
+    fl_fp8_layer *l = check_meta(L, 1);
+    fl_lmaxargs(L, 1, "_syncs", "no arguments");
+    lua_pushinteger(L, l->syncs);
+    return 1;
 }
 
 /* linear(x, w, b|nil, meta, record, w_fp8|nil, residual|nil) -> y (residual + the layer, the add in the GEMM's
@@ -313,6 +367,7 @@ static const luaL_Reg meta_methods[] = {
     {"drop_cache", l_meta_drop_cache},
     {"state", l_meta_state},
     {"load_state", l_meta_load_state},
+    {"_syncs", l_meta_syncs},
     {NULL, NULL},
 };
 

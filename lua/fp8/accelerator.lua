@@ -1063,8 +1063,9 @@ function Accelerator:unwrap_model(model, keep)
   end
   fp8_autocast.remove_fp8_autowrap(model)
   if self.fp8_backend == "te" and convert.has_fp8_layers(model) then
-    convert.convert_model(model, { to_fp8 = false })
-    model = convert.to_plain(model)   -- the model itself, when prepare converted it (a Linear or LayerNorm)
+    local plain = convert.to_plain(model)   -- the model itself, when prepare converted it (a Linear or LayerNorm)
+    if plain == model then convert.convert_model(model, { to_fp8 = false }) end
+    model = plain
   end
   return model
 end

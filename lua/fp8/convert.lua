@@ -269,6 +269,18 @@ function M.convert_model(model, opts)
       end
     end
   end
+  -- The swap replaces submodules in their parents; a model that is itself one of the layers it swaps has no parent,
+  -- and came back unchanged, without a word (its recipe, filter and every option taken and ignored). (prepare swaps a
+  -- root itself, before, and keeps one it leaves in high precision)
+  local rcn = class_name(model)
+  local root = to_fp8 and ((do_lin and rcn == "Linear" and "linear_to_fp8") or (do_ln and rcn == "LayerNorm" and "ln_to_fp8"))
+    or not to_fp8 and ((do_lin and rcn == "FP8Linear") or (do_ln and rcn == "FP8LayerNorm")) and "to_plain"
+  if root and not opts._recipe_filtered then
+    error(("convert_model: the model is itself a%s %s, which convert_model cannot replace (it swaps a model's "
+      .. "submodules in their parents); use fp8.recipes.%s(model%s), which returns the %s, or put it in a container"):format(
+      (rcn:match("^[AEIOU]") or rcn:match("^FP8")) and "n" or "", rcn, root, root == "linear_to_fp8" and ", recipe" or "",
+      to_fp8 and ("FP8" .. rcn) or rcn:sub(4)), 2)
+  end
   local converted = {}
   -- a module under several names (the same Linear called twice) becomes one FP8 module in all its places, as the
   -- model had one module there: its weight, its recipe state (the max of both calls' amaxes) and its state_dict keys

@@ -253,8 +253,31 @@ local function check_input(self, x)
   end
 end
 local function runs_fp8(self) return autocast.enabled() and not rawget(self, "fp8_disabled") end
--- whether this call's amaxes go into the histories
-local function records(self) return self.training ~= false and core.is_grad_enabled() end
+-- The recipe's update after an optimizer step (the delayed rule's new scales and the ring's roll, MS-AMP's warm-up
+-- count) is the prepared optimizer's (Accelerator:_after_step). A model converted by hand and trained by an optimizer
+-- of the script's own under fp8.fp8_autocast had none: te's scales stayed 1 for good, its history never rolled (slot 0
+-- the max of every step), so margin, interval, amax_history_len and amax_compute_algo changed nothing, and MS-AMP's
+-- warm-up never ended. TransformerEngine's fp8_autocast updates by itself. So a recording forward that finds the
+-- weight written since the last recording forward (an optimizer step: every in-place write bumps its version) with
+-- no update or state load since (fp8_meta:_syncs()) makes that step's update first: once per step, before the next
+-- forward, as the Accelerator would have made it after the step. Under the Accelerator the count has moved by then,
+-- and micro-steps of gradient accumulation do not write the weight. last_seen[layer] = {weight, version, syncs}.
+local last_seen = setmetatable({}, { __mode = "k" })
+local function catch_up(self)
+  local meta, w = self.fp8_meta, self.weight
+  local seen, syncs, v = last_seen[self], meta:_syncs(), w._version
+  if seen and seen[1] == w and seen[2] ~= v and seen[3] == syncs then
+    meta:update()
+    syncs = meta:_syncs()
+  end
+  last_seen[self] = { w, v, syncs }
+end
+-- whether this call's amaxes go into the histories (then the update a step without one missed is made first)
+local function records(self)
+  local rec = self.training ~= false and core.is_grad_enabled()
+  if rec then catch_up(self) end
+  return rec
+end
 
 function FP8Linear:forward(x)
   check_input(self, x)

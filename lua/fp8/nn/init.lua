@@ -279,7 +279,8 @@ add("nn.FP8Linear:forward_gelu", "layer:forward_gelu(x [, residual]) / layer:for
   .. "FP8 autocast; forward_layernorm also when x, ln and the layer do not fit together): the caller runs the two.")
 add("nn.FP8Linear:fp8_update", "layer:fp8_update() / fp8.nn.FP8Linear.as_recipe(r) -> recipe table",
   "fp8_update(): the delayed-scaling update of the layer's three roles after an optimizer step (layer.fp8_meta:update();\n"
-  .. "a no-op for current scaling; a prepared optimizer does it). as_recipe(r): the recipe table a layer is built\n"
+  .. "a no-op for current scaling; a prepared optimizer does it, and without one the next training forward that finds\n"
+  .. "the weight written since the last makes it first, once per step). as_recipe(r): the recipe table a layer is built\n"
   .. "from, for a recipe kwargs handler (TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs,\n"
   .. "resolved as the Accelerator resolves it) or a recipe table {backend=\"te\"|\"ao\"|\"msamp\", ...} (checked: a\n"
   .. "field its backend lacks is refused); anything else raises.")
