@@ -96,7 +96,7 @@ static fl_status embedding_bag_bwd(fl_node *nd, const fl_tensor *g, fl_tensor **
     const bag_ctx *c = nd->ctx;
     const bool need_w = fl_node_input_needs_grad(nd, 0), need_p = nd->ninputs > 1 && fl_node_input_needs_grad(nd, 1);
     fl_tensor *gh = NULL, *z = NULL, *dp = NULL, *rp = NULL;
-    fl_status st = fl_host_f32(&gh, g);
+    fl_status st = fl_host_f32_read(&gh, g);
     if (st == FL_OK && need_w) st = fl_tensor_zeros(&z, FL_F32, 2, in->shape, FL_DEV_CPU);
     if (st == FL_OK && need_p) st = fl_tensor_empty(&dp, FL_F32, 1, (int64_t[]){ a.n }, FL_DEV_CPU);
     if (st == FL_OK && z) bag_grad_weight(&a, c ? c->arg : NULL, fl_tensor_data(gh), fl_tensor_data(z));

@@ -37,7 +37,7 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
         if (i > dim) inner *= a->shape[i];
     }
     fl_tensor *h = NULL, *ih = NULL, *v = NULL, *ix = NULL;
-    fl_status st = fl_host_f32(&h, a);
+    fl_status st = fl_host_f32_read(&h, a);
     if (st == FL_OK) st = fl_host_f32(&ih, index);
     if (st == FL_OK) st = fl_tensor_empty(&v, FL_F32, index->ndim, index->shape, FL_DEV_CPU);
     if (st == FL_OK) {
@@ -108,7 +108,7 @@ static fl_status index_select_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gi
     around(in, dim, &outer, &inner);
     fl_tensor *gh = NULL, *z = NULL;
     int64_t *pos = NULL;
-    fl_status st = fl_host_f32(&gh, g);
+    fl_status st = fl_host_f32_read(&gh, g);
     /* (the engine refuses an index written since the forward; this guards the memory whatever else) */
     if (st == FL_OK) st = index_positions(&pos, fl_tensor_data(ix), k, size, dim);
     if (st == FL_OK) st = fl_tensor_zeros(&z, FL_F32, in->ndim, in->shape, FL_DEV_CPU);

@@ -16,7 +16,7 @@ static fl_status scan(fl_tensor **out, const fl_tensor *a, int dim, bool reverse
         if (i > dim) inner *= a->shape[i];
     }
     fl_tensor *c = NULL, *r = NULL;
-    fl_status st = fl_host_f32(&c, a);
+    fl_status st = fl_host_f32_read(&c, a);
     if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, a->ndim, a->shape, FL_DEV_CPU);
     if (st == FL_OK) {
         const float *x = fl_tensor_data(c);

@@ -32,7 +32,7 @@ static fl_status scatter_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const int64_t k = ix->shape[dim];
     const bool need_a = fl_node_input_needs_grad(n, 0), need_src = fl_node_input_needs_grad(n, 1);
     fl_tensor *gh = NULL, *za = NULL, *gs = NULL;
-    fl_status st = fl_host_f32(&gh, g);
+    fl_status st = fl_host_f32_read(&gh, g);
     if (st == FL_OK && need_a && !add) {   /* a copy of its own to zero the written positions in */
         st = fl_tensor_empty(&za, FL_F32, gh->ndim, gh->shape, FL_DEV_CPU);
         if (st == FL_OK) memcpy(fl_tensor_data(za), fl_tensor_data(gh), (size_t)fl_tensor_numel(gh) * sizeof(float));
@@ -105,8 +105,8 @@ fl_status fl_scatter(fl_tensor **out, const fl_tensor *a, int dim, const fl_tens
                 break;
             }
     }
-    if (st == FL_OK) st = fl_host_f32(&h, a);
-    if (st == FL_OK) st = fl_host_f32(&sh, src);
+    if (st == FL_OK) st = fl_host_f32_read(&h, a);
+    if (st == FL_OK) st = fl_host_f32_read(&sh, src);
     if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, a->ndim, a->shape, FL_DEV_CPU);
     if (st == FL_OK) {
         const float *x = fl_tensor_data(h), *iv = fl_tensor_data(ih), *sv = fl_tensor_data(sh);

@@ -85,7 +85,7 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
     }
     fl_tensor *h = NULL, *v = NULL, *ix = NULL;
     keyed *row = NULL;
-    fl_status st = fl_host_f32(&h, a);
+    fl_status st = fl_host_f32_read(&h, a);
     if (st == FL_OK) st = fl_tensor_empty(&v, FL_F32, a->ndim, shape, FL_DEV_CPU);
     if (st == FL_OK) st = fl_tensor_empty(&ix, FL_F32, a->ndim, shape, FL_DEV_CPU);
     if (st == FL_OK && !(row = malloc(sizeof *row * (size_t)(size > 0 ? size : 1))))
@@ -142,7 +142,7 @@ fl_status fl_multinomial(fl_tensor **out, const fl_tensor *probs, int64_t n, boo
                       (long long)n, (long long)cats);
     fl_tensor *h = NULL, *res = NULL;
     double *w = NULL;
-    fl_status st = fl_host_f32(&h, probs);
+    fl_status st = fl_host_f32_read(&h, probs);
     const int64_t shape[2] = { rows, n };
     if (st == FL_OK) st = fl_tensor_empty(&res, FL_F32, probs->ndim, probs->ndim == 2 ? shape : shape + 1, FL_DEV_CPU);
     if (st == FL_OK && !(w = malloc(sizeof *w * (size_t)cats)))
