@@ -165,6 +165,10 @@ function M.backward(acc, loss, opts)
       end
     end
   end
+  -- the first collective of a synchronising backward says what it is, as the collective utilities do: a process in
+  -- another call (save_state or gather under `if acc:is_main_process()`) is one error on every process, where the
+  -- bucket all-reduces met that call's collectives and both waited until the process group's timeout
+  require("fp8.distributed")._announce(acc, "backward")
   r:begin()
   local ok, err = pcall(loss.backward, loss, opts)
   if not ok then

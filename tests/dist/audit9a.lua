@@ -1,0 +1,40 @@
+-- audit9a.lua MODE DIR — stop 93's multi-process cases (tests/spec/audit9a_spec.lua); each rank prints "rank<r> <key>=<value>".
+--   mainonly   save_state, load_state and gather called by process 0 alone (under `if acc:is_main_process()`) while
+--              process 1 goes on to its next backward: one error on both at once, naming both calls (they waited in
+--              each other's collectives until the process group's timeout); the processes stay in step after it
+local mode, dir = arg[1], arg[2]
+local nn, F = fp8.nn, fp8.nn.functional
+local acc = fp8.Accelerator { cpu = true, config = false, env = {},
+  kwargs_handlers = { fp8.InitProcessGroupKwargs { backend = "mpi", timeout = 20 } } }
+local r = acc.process_index
+local function say(k, v) print(("rank%d %s=%s"):format(r, k, tostring(v))) end
+
+if mode == "mainonly" then
+  fp8.manual_seed(3)
+  local items = {}
+  for i = 1, 16 do items[i] = { fp8.randn { 4 }, i % 2 } end
+  local model = nn.Linear(4, 2)
+  local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+  local ld
+  model, opt, ld = acc:prepare(model, opt, fp8.data.DataLoader { items, batch_size = 2 })
+  local function step(x, y)
+    acc:backward(F.cross_entropy(model(x), y)); opt:step(); opt:zero_grad()
+  end
+  local batches = {}
+  for x, y in ld do batches[#batches + 1] = { x, y } end
+  step(table.unpack(batches[1]))
+  acc:save_state(dir)   -- on every process: a checkpoint for the load case
+  for i, case in ipairs { "save_state", "load_state", "gather" } do
+    local ok, err = pcall(function()
+      if acc:is_main_process() then
+        if case == "save_state" then acc:save_state(dir) end
+        if case == "load_state" then acc:load_state(dir) end
+        if case == "gather" then acc:gather(fp8.ones { 2 }) end
+      else
+        step(table.unpack(batches[i + 1]))
+      end
+    end)
+    say(case, ok and "ok" or (tostring(err):gsub("^[^\n]-%.lua:%d+: ", "")))
+  end
+  say("after", table.concat(acc:gather(fp8.tensor { r + 0.0 }):totable(), ","))
+end

@@ -1,0 +1,44 @@
+-- Found on 2026-12-06 (stop 93) porting an Accelerate multi-process training script: launch, config.yaml, gradient
+-- accumulation, the collective utilities, save_state/load_state and resume, the DDP kwargs, a process on another path
+-- (docs/robustness.md, "Porting an Accelerate multi-process script (stop 93)"). The two-process cases run
+-- tests/dist/audit9a.lua under `mpirun -np 2`, each bounded by `timeout`; pending without mpirun or an MPI build.
+local bin = FP8LAB_BIN or "build/fp8lab"
+local U = dofile("tests/spec/helpers/util.lua")
+local q = U.q
+local MPI = dofile("tests/spec/helpers/mpi.lua")
+local can, why, root = MPI.can, MPI.why, MPI.root
+local SCRIPT = "tests/dist/audit9a.lua"
+
+local function mpirun(args)
+  local p = assert(io.popen(("timeout -k 5 90 %smpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s %s %s 2>&1")
+    :format(MPI.env, root, q(bin), q(SCRIPT), args)))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return out, code
+end
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  return d
+end
+
+describe("a process on another path than the others (2 processes)", function()
+  it("save_state, load_state or gather on the main process alone is one error on both at once, not a wait for the "
+    .. "timeout", function()
+    if not can then pending(why) return end
+    local dir = tmpdir()
+    local out, code = mpirun("mainonly " .. q(dir))
+    os.execute("rm -rf " .. q(dir))
+    assert.are.equal(0, code, out)   -- (before: both waited in each other's collectives until the 20 s timeout)
+    local hint = ": every process must call the same collective utilities in the same order (acc:backward, save_state "
+      .. "and load_state are collectives too: call them on every process, not under `if acc:is_main_process()`)\n"
+    for r = 0, 1 do
+      for _, call in ipairs { "save_state", "load_state", "gather" } do
+        local want = ("rank%d %s=backward: rank 1 calls backward where rank 0 calls %s%s"):format(r, call, call, hint)
+        assert.truthy(out:find(want, 1, true), out)
+      end
+      assert.truthy(out:find(("rank%d after=0.0,1.0\n"):format(r), 1, true), out)   -- and in step after it
+    end
+  end)
+end)
