@@ -2,10 +2,12 @@
 --   mainonly   save_state, load_state and gather called by process 0 alone (under `if acc:is_main_process()`) while
 --              process 1 goes on to its next backward: one error on both at once, naming both calls (they waited in
 --              each other's collectives until the process group's timeout); the processes stay in step after it
+--   mainonly_end  save_state on process 0 alone as the script's last call: process 1 ends its script and waits in
+--              MPI_Finalize until the watchdog (timeout 3 s) ends the job, saying that it ended and what to look for
 local mode, dir = arg[1], arg[2]
 local nn, F = fp8.nn, fp8.nn.functional
 local acc = fp8.Accelerator { cpu = true, config = false, env = {},
-  kwargs_handlers = { fp8.InitProcessGroupKwargs { backend = "mpi", timeout = 20 } } }
+  kwargs_handlers = { fp8.InitProcessGroupKwargs { backend = "mpi", timeout = mode == "mainonly_end" and 3 or 20 } } }
 local r = acc.process_index
 local function say(k, v) print(("rank%d %s=%s"):format(r, k, tostring(v))) end
 
@@ -37,4 +39,10 @@ if mode == "mainonly" then
     say(case, ok and "ok" or (tostring(err):gsub("^[^\n]-%.lua:%d+: ", "")))
   end
   say("after", table.concat(acc:gather(fp8.tensor { r + 0.0 }):totable(), ","))
+end
+
+if mode == "mainonly_end" then
+  acc:wait_for_everyone()
+  if acc:is_main_process() then acc:save_state(dir) end
+  say("end", "reached")
 end

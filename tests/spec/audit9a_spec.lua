@@ -41,4 +41,18 @@ describe("a process on another path than the others (2 processes)", function()
       assert.truthy(out:find(("rank%d after=0.0,1.0\n"):format(r), 1, true), out)   -- and in step after it
     end
   end)
+
+  it("a process that ended its script while another is in save_state says so when the watchdog ends the job", function()
+    if not can then pending(why) return end
+    local dir = tmpdir()
+    local out, code = mpirun("mainonly_end " .. q(dir))
+    os.execute("rm -rf " .. q(dir) .. " " .. q(dir .. ".tmp"))
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, "a hang: " .. out)
+    -- (before: "rank 1: MPI_Finalize waited 3 s, past the process group timeout of 3 s (another rank is stuck or gone)")
+    assert.truthy(out:find("rank 1 ended its script and waited %d+ s in MPI_Finalize for the other ranks, past the "
+      .. "process group timeout of 3 s %(one is stuck, gone, or in a collective call this rank did not make: a "
+      .. "save_state, gather or wait_for_everyone called on some processes only, e%.g%. under `if "
+      .. "acc:is_main_process%(%)`%)"), out)
+  end)
 end)
