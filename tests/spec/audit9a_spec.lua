@@ -55,4 +55,17 @@ describe("a process on another path than the others (2 processes)", function()
       .. "save_state, gather or wait_for_everyone called on some processes only, e%.g%. under `if "
       .. "acc:is_main_process%(%)`%)"), out)
   end)
+
+  it("a LocalSGD made while one of the same model was never closed is refused (its no_sync stayed on for good)",
+    function()
+    if not can then pending(why) return end
+    local out, code = mpirun("localsgd")
+    assert.are.equal(0, code, out)
+    for r = 0, 1 do
+      -- (before: made, and every later backward kept each process's own gradients)
+      assert.truthy(out:find(("rank%d second=LocalSGD: a LocalSGD of this model is still open (never closed: its "
+        .. "no_sync keeps every backward's gradients local until it closes); close it first"):format(r), 1, true), out)
+      assert.truthy(out:find(("rank%d grads_agree=true\n"):format(r), 1, true), out)
+    end
+  end)
 end)
