@@ -210,7 +210,7 @@ end
 -- acc:backward (its gradient all-reduce), save_state and load_state announce themselves too: one of them called on
 -- some processes only (under `if acc:is_main_process()`, Accelerate's most common multi-process mistake) met the
 -- others' next collective and both waited until the process group's timeout (1800 s by default)
-local NOT_UTILITY = { backward = true, save_state = true, load_state = true }
+local NOT_UTILITY = { backward = true, save_state = true, load_state = true, forward = true }
 local function call_mismatch(fname, diff)
   local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
   if not r then return nil end
@@ -219,6 +219,10 @@ local function call_mismatch(fname, diff)
   if NOT_UTILITY[theirs] or NOT_UTILITY[ours] then
     msg = msg .. " (acc:backward, save_state and load_state are collectives too: call them on every process, not "
       .. "under `if acc:is_main_process()`)"
+    if theirs == "forward" or ours == "forward" then
+      msg = msg .. "; so is a training-mode forward of a prepared model with buffers (broadcast_buffers sends rank 0's "
+        .. "before it): run one on a single process in eval mode"
+    end
   end
   return msg
 end

@@ -2,6 +2,8 @@
 --   mainonly   save_state, load_state and gather called by process 0 alone (under `if acc:is_main_process()`) while
 --              process 1 goes on to its next backward: one error on both at once, naming both calls (they waited in
 --              each other's collectives until the process group's timeout); the processes stay in step after it
+--   mainonly_bn  the same for save_state against a training-mode forward of a model with buffers (a BatchNorm's
+--              running statistics, broadcast before it): its 8-byte buffer received save_state's first broadcast
 --   localsgd   a LocalSGD made while one of the same model was never closed (a `local` without <close>) is refused;
 --              once closed, the next one opens, and after it the gradients are averaged again
 --   mainonly_end  save_state on process 0 alone as the script's last call: process 1 ends its script and waits in
@@ -73,4 +75,18 @@ if mode == "localsgd" then
   acc:backward(F.cross_entropy(model(fp8.randn { 2, 4 }), fp8.tensor { 0, 1 }))
   local g = model.weight.grad:reshape { -1 }
   say("grads_agree", (acc:reduce(g, "sum") - g * acc.num_processes):abs():max():item() == 0)
+end
+
+if mode == "mainonly_bn" then
+  local model = nn.Sequential(nn.Linear(4, 2), nn.BatchNorm1d(2))
+  local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+  model, opt = acc:prepare(model, opt)
+  fp8.manual_seed(5)
+  local x = fp8.randn { 4, 4 }
+  acc:backward(model(x):sum()); opt:step(); opt:zero_grad()
+  local ok, err = pcall(function()
+    if acc:is_main_process() then acc:save_state(dir) else model(x) end
+  end)
+  say("save_state", ok and "ok" or (tostring(err):gsub("^[^\n]-%.lua:%d+: ", ""):gsub("^Sequential forward: ", "")))
+  say("after", table.concat(acc:gather(model[2].running_mean):totable(), ","))
 end

@@ -68,4 +68,23 @@ describe("a process on another path than the others (2 processes)", function()
       assert.truthy(out:find(("rank%d grads_agree=true\n"):format(r), 1, true), out)
     end
   end)
+
+  it("save_state on the main process alone against a training-mode forward of a model with buffers: one error", function()
+    if not can then pending(why) return end
+    local dir = tmpdir()
+    local out, code = mpirun("mainonly_bn " .. q(dir))
+    os.execute("rm -rf " .. q(dir))
+    assert.are.equal(0, code, out)   -- (before: a wait until the timeout)
+    for r = 0, 1 do
+      assert.truthy(out:find(("rank%d save_state=forward: rank 1 calls forward where rank 0 calls save_state: every "
+        .. "process must call the same collective utilities in the same order (acc:backward, save_state and load_state "
+        .. "are collectives too: call them on every process, not under `if acc:is_main_process()`); so is a "
+        .. "training-mode forward of a prepared model with buffers (broadcast_buffers sends rank 0's before it): run "
+        .. "one on a single process in eval mode\n"):format(r), 1, true), out)
+    end
+    -- both hold rank 0's running statistics (rank 1's forward never ran)
+    local a = out:match("rank0 after=([^\n]+)")
+    assert.truthy(a, out)
+    assert.truthy(out:find("rank1 after=" .. a, 1, true), out)
+  end)
 end)
