@@ -207,7 +207,8 @@ end
 -- for the others); a process index out of range is this process's refusal, raised on every process.
 -- The error of a process in another utility than rank 0's, from _rank0_difference's first line ("call <name>"), or
 -- nil when the calls are the same (agree's and M._announce's)
--- acc:backward (its gradient all-reduce), save_state and load_state announce themselves too: one of them called on
+-- acc:backward (its gradient all-reduce), save_state and load_state announce themselves too (and the optimizer step's
+-- FP8 amax all-reduce, whose hint the Accelerator adds): one of them called on
 -- some processes only (under `if acc:is_main_process()`, Accelerate's most common multi-process mistake) met the
 -- others' next collective and both waited until the process group's timeout (1800 s by default)
 local NOT_UTILITY = { backward = true, save_state = true, load_state = true, forward = true }
@@ -216,7 +217,7 @@ local function call_mismatch(fname, diff)
   if not r then return nil end
   local msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities "
     .. "in the same order"):format(fname, r, theirs, ours)
-  if NOT_UTILITY[theirs] or NOT_UTILITY[ours] then
+  if (NOT_UTILITY[theirs] or NOT_UTILITY[ours]) and theirs ~= "optimizer:step" and ours ~= "optimizer:step" then
     msg = msg .. " (acc:backward, save_state and load_state are collectives too: call them on every process, not "
       .. "under `if acc:is_main_process()`)"
     if theirs == "forward" or ours == "forward" then

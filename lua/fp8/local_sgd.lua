@@ -174,7 +174,8 @@ if okh and help.add then
     sig = "local local_sgd <close> = fp8.LocalSGD{accelerator=, model=, local_sgd_steps=, enabled=true}",
     doc = "Accelerate's LocalSGD: the model's backwards communicate nothing (no_sync) while it is open; every\n"
       .. "local_sgd_steps calls of local_sgd:step() the processes average the model's parameters, and closing it\n"
-      .. "averages them once more. One process (distributed_type NO): disabled, step() only counts." }
+      .. "averages them once more. One process (distributed_type NO): disabled, step() only counts. A second one of\n"
+      .. "the same model while one is still open (never closed) is refused." }
 end
 
 -- fp8.LocalSGD{...} is the constructor (its class is fp8.LocalSGD.LocalSGD, for getmetatable checks)
