@@ -853,8 +853,7 @@ end
 -- opt:step() all-reduces the amaxes, so a process that skips a step the others take (on its own loss, say) meets
 -- them in another collective.
 function Accelerator:_collective_hint(msg)
-  if type(msg) ~= "string" or #self._fp8_layers == 0 or not (msg:find("collectives did not pair", 1, true)
-     or msg:find(" calls optimizer:step", 1, true)) then
+  if type(msg) ~= "string" or not msg:find("collectives did not pair", 1, true) or #self._fp8_layers == 0 then
     return msg
   end
   local backend = self.fp8_backend
@@ -933,13 +932,7 @@ function Accelerator:_after_step()
   if self.num_processes > 1 and #self._fp8_layers > 0 then   -- TE's reduce_amax: one MAX all-reduce for all layers
     local metas = {}
     for i, nm in ipairs(self._fp8_layers) do metas[i] = nm[2].fp8_meta end
-    -- announced first, as backward is: a process that skipped this step alone is in its next backward, and the
-    -- two calls' first collectives pair (both announce) into one error naming both, where the amax all-reduce and
-    -- that backward's first collective (another kind) waited until the timeout
-    local ok, err = pcall(function()
-      require("fp8.distributed")._announce(self, "optimizer:step")
-      fp8_layer.reduce_amax(metas)
-    end)
+    local ok, err = pcall(fp8_layer.reduce_amax, metas)
     if not ok then error(self:_collective_hint(err), 0) end
   end
   for _, nm in ipairs(self._fp8_layers) do

@@ -88,3 +88,18 @@ describe("a process on another path than the others (2 processes)", function()
     assert.truthy(out:find("rank1 after=" .. a, 1, true), out)
   end)
 end)
+
+describe("the comparison every collective call starts with", function()
+  it("is one all-reduce without the dtype and count exchange, and takes fp32 tensors only", function()
+    local D = require "fp8._dist"
+    local t = fp8.tensor { 3, -3 }
+    assert.are.equal(t, D._all_reduce_unchecked(t, "max"))   -- one process: the values as they are
+    assert.are.same({ 3, -3 }, t:totable())
+    local ok, err = pcall(D._all_reduce_unchecked, fp8.ones { 2 }:to("bf16"), "max")
+    assert.is_false(ok)
+    assert.matches("dist._all_reduce_unchecked: expected an fp32 tensor, got bf16", err, 1, true)
+    ok, err = pcall(D._all_reduce_unchecked, fp8.ones { 2 }, "min")
+    assert.is_false(ok)
+    assert.matches('op must be "sum" or "max", got "min"', err, 1, true)
+  end)
+end)
