@@ -228,7 +228,7 @@ end
 -- The error of a process in another utility than rank 0's, from _rank0_difference's first line ("call <name>"), or
 -- nil when the calls are the same (agree's and M._announce's)
 -- acc:backward (its gradient all-reduce), save_state and load_state announce themselves too: one of them called on
--- some processes only (under `if acc:is_main_process()`, Accelerate's most common multi-process mistake) met the
+-- some processes only (under `if acc:is_main_process()`, a common mistake: Accelerate's issue 1171) met the
 -- others' next collective and both waited until the process group's timeout (1800 s by default)
 local NOT_UTILITY = { backward = true, save_state = true, load_state = true, forward = true }
 local function call_mismatch(fname, diff)
