@@ -106,10 +106,22 @@ static void *watchdog(void *arg) {
         usleep(100000);
         double t0 = atomic_load(&wd_since), to = g_timeout;
         if (t0 > 0 && to > 0 && now_s() - t0 > to) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "rank %d: %s waited %.0f s, past the process group timeout of %g s "
-                     "(another rank is stuck or gone); the watchdog ends the job",
-                     g_rank, atomic_load(&wd_what), now_s() - t0, to);
+            /* A rank left waiting is often not facing a stuck one but one in a call it did not make itself (a
+             * save_state or gather under `if acc:is_main_process()`): the message says so, and a rank that ended
+             * its script says that it did. */
+            char msg[512];
+            const char *what = atomic_load(&wd_what);
+            if (strcmp(what, "MPI_Finalize") == 0)
+                snprintf(msg, sizeof msg, "rank %d ended its script and waited %.0f s in MPI_Finalize for the other "
+                         "ranks, past the process group timeout of %g s (one is stuck, gone, or in a collective call "
+                         "this rank did not make: a save_state, gather or wait_for_everyone called on some processes "
+                         "only, e.g. under `if acc:is_main_process()`); the watchdog ends the job",
+                         g_rank, now_s() - t0, to);
+            else
+                snprintf(msg, sizeof msg, "rank %d: %s waited %.0f s, past the process group timeout of %g s "
+                         "(another rank is stuck, gone, or in another collective call: every process must make the "
+                         "same calls, so no save_state, gather or wait_for_everyone under `if acc:is_main_process()`); "
+                         "the watchdog ends the job", g_rank, what, now_s() - t0, to);
             fl_dist_abort(msg);
         }
     }

@@ -141,6 +141,19 @@ static int l_all_reduce(lua_State *L) {
     return 1;
 }
 
+/* _all_reduce_unchecked(t, op): all_reduce without the ranks' comparison of dtypes and counts first (one collective,
+ * not two): for fp8.distributed's comparison of the calls the processes are in, whose first collective is this one
+ * on 4 fp32 values everywhere. Paired with another all-reduce of another count, MPI says so (MPI_ERR_TRUNCATE). */
+static int l_all_reduce_unchecked(lua_State *L) {
+    fl_tensor *t = check_comm_tensor(L, 1, "dist._all_reduce_unchecked");
+    fl_red_op op = check_op(L, 2, "dist._all_reduce_unchecked");
+    if (t->dtype != FL_F32)
+        return luaL_error(L, "dist._all_reduce_unchecked: expected an fp32 tensor, got %s", fl_format(t->dtype)->name);
+    fl_lcheck(L, fl_dist_tensor_allreduce(t, op));
+    lua_settop(L, 1);
+    return 1;
+}
+
 typedef struct { fl_dist_req *r; } req_box;
 
 /* all_reduce_async(t, op) -> request; request:wait() returns t. The request keeps t alive. */
@@ -333,6 +346,7 @@ static const luaL_Reg ddp_methods[] = {
 static const luaL_Reg funcs[] = {
     {"init", l_init}, {"info", l_info}, {"rank", l_rank}, {"size", l_size}, {"local_rank", l_local_rank},
     {"barrier", l_barrier}, {"all_reduce", l_all_reduce}, {"all_reduce_async", l_all_reduce_async},
+    {"_all_reduce_unchecked", l_all_reduce_unchecked},
     {"broadcast", l_broadcast}, {"broadcast_string", l_broadcast_string}, {"all_gather", l_all_gather},
     {"reduce_scatter", l_reduce_scatter}, {"abort", l_abort}, {"ddp", l_ddp}, {NULL, NULL},
 };

@@ -807,6 +807,8 @@ function M.install(Accelerator)
       error(("save_state: expected the output directory (a string), got %s"):format(tostring(dir)), 2)
     end
     no_nul("save_state", dir)
+    -- a collective: a process elsewhere (this save called under `if acc:is_main_process()`) is one error on every one
+    if (self.num_processes or 1) > 1 then require("fp8.distributed")._announce(self, "save_state") end
     dir = dir:gsub("/+$", "")
     local main = self.process_index == nil or self.process_index == 0
     local rank = self.process_index or 0
@@ -1029,6 +1031,7 @@ function M.install(Accelerator)
     end
     if dir ~= nil and type(dir) ~= "string" then error(("load_state: expected a directory name, got %s"):format(type(dir)), 2) end
     no_nul("load_state", dir)
+    if (self.num_processes or 1) > 1 then require("fp8.distributed")._announce(self, "load_state") end   -- a collective, as save_state
     -- Every process reads and checks, then they agree; only then does each apply, and they agree again (a process
     -- whose apply failed has undone it; the others undo theirs), so all hold the checkpoint or none does.
     local n_proc, rank = self.num_processes or 1, self.process_index or 0

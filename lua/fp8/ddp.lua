@@ -132,7 +132,13 @@ function M.attach(acc, model)
   if o.broadcast_buffers and #forward_buffers(model) > 0 then
     local fwd = model.forward
     rawset(model, "forward", function(m, ...)
-      if m.training ~= false then for _, b in ipairs(forward_buffers(m)) do D.broadcast(b, 0) end end
+      if m.training ~= false then
+        -- announced first, as backward: a process in another call (save_state under `if acc:is_main_process()`)
+        -- is one error on every process, where these broadcasts paired with that call's own (its first one is 8
+        -- bytes, as a buffer of two fp32 values: received as this buffer's values) and ended in a wait
+        if acc.num_processes > 1 then require("fp8.distributed")._announce(acc, "forward") end
+        for _, b in ipairs(forward_buffers(m)) do D.broadcast(b, 0) end
+      end
       return fwd(m, ...)
     end)
   end
@@ -165,6 +171,10 @@ function M.backward(acc, loss, opts)
       end
     end
   end
+  -- the first collective of a synchronising backward says what it is, as the collective utilities do: a process in
+  -- another call (save_state or gather under `if acc:is_main_process()`) is one error on every process, where the
+  -- bucket all-reduces met that call's collectives and both waited until the process group's timeout
+  require("fp8.distributed")._announce(acc, "backward")
   r:begin()
   local ok, err = pcall(loss.backward, loss, opts)
   if not ok then

@@ -171,8 +171,22 @@ function M._first_error(n, rank, msg)
   return D.broadcast_string(msg or "", n - who)
 end
 
+-- Two hashes of a string, each an integer below 2^24 (exact in fp32): what the processes compare first
+local function hash24(s)
+  local a, b = 5381, 52711
+  for i = 1, #s do
+    local c = s:byte(i)
+    a, b = (a * 33 + c) % 16777213, (b * 131 + c) % 16777199
+  end
+  return a, b
+end
+
 -- _rank0_difference(rank, lines): this process's lines against rank 0's (a collective): "rank R has X where rank 0
--- has Y" at the first line that differs, or nil.
+-- has Y" at the first line that differs, or nil. Its first collective is one MAX all-reduce of the lines' hashes
+-- (h and -h), the same on every process whatever the caller: where they agree (the common case) every process learns
+-- it from that one collective and the second result is true; else rank 0's lines are broadcast to find the line.
+-- Every caller's first collective being this one is what lets a process in backward and one in save_state (or
+-- gather, ...) meet and say so, where collectives of two kinds waited for each other until the timeout.
 function M._rank0_difference(rank, lines)
   if math.type(rank) ~= "integer" or type(lines) ~= "table" or getmetatable(lines) ~= nil then
     error("_rank0_difference: expected (this rank, a list of strings)", 2)
@@ -180,7 +194,13 @@ function M._rank0_difference(rank, lines)
   for i = 1, rawlen(lines) do
     if type(rawget(lines, i)) ~= "string" then error("_rank0_difference: expected a list of strings", 2) end
   end
-  local theirs = D.broadcast_string(table.concat(lines, "\n"), 0)
+  local text = table.concat(lines, "\n")
+  local a, b = hash24(text)
+  local h = core.tensor { a, -a, b, -b }
+  D._all_reduce_unchecked(h, "max")
+  local v = h:totable()
+  if v[1] == -v[2] and v[3] == -v[4] then return nil, true end   -- max == min: every process has these lines
+  local theirs = D.broadcast_string(text, 0)
   local t0 = {}
   if theirs ~= "" then for line in (theirs .. "\n"):gmatch("(.-)\n") do t0[#t0 + 1] = line end end
   for i = 1, math.max(#lines, #t0) do
@@ -207,10 +227,24 @@ end
 -- for the others); a process index out of range is this process's refusal, raised on every process.
 -- The error of a process in another utility than rank 0's, from _rank0_difference's first line ("call <name>"), or
 -- nil when the calls are the same (agree's and M._announce's)
+-- acc:backward (its gradient all-reduce), save_state and load_state announce themselves too: one of them called on
+-- some processes only (under `if acc:is_main_process()`, a common mistake: Accelerate's issue 1171) met the
+-- others' next collective and both waited until the process group's timeout (1800 s by default)
+local NOT_UTILITY = { backward = true, save_state = true, load_state = true, forward = true }
 local function call_mismatch(fname, diff)
   local r, theirs, ours = (diff or ""):match("^rank (%d+) has call (%S+) where rank 0 has call (%S+)$")
-  return r and ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities "
-    .. "in the same order"):format(fname, r, theirs, ours) or nil
+  if not r then return nil end
+  local msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities "
+    .. "in the same order"):format(fname, r, theirs, ours)
+  if NOT_UTILITY[theirs] or NOT_UTILITY[ours] then
+    msg = msg .. " (acc:backward, save_state and load_state are collectives too: call them on every process, not "
+      .. "under `if acc:is_main_process()`)"
+    if theirs == "forward" or ours == "forward" then
+      msg = msg .. "; so is a training-mode forward of a prepared model with buffers (broadcast_buffers sends rank 0's "
+        .. "before it): run one on a single process in eval mode"
+    end
+  end
+  return msg
 end
 
 local function agree(self, fname, t, shapes, from)
@@ -248,7 +282,9 @@ end
 -- calls (a process in gather_for_metrics and one in gather paired their collectives and waited out the timeout)
 function M._announce(self, fname)
   if self.num_processes == 1 then return end
-  local msg = call_mismatch(fname, M._rank0_difference(self.process_index, { "call " .. fname }))
+  local diff, same = M._rank0_difference(self.process_index, { "call " .. fname })
+  if same then return end   -- (every process learnt it from the same collective: one collective in all)
+  local msg = call_mismatch(fname, diff)
   msg = M._first_error(self.num_processes, self.process_index, msg)
   if msg then error(msg, 3) end
 end

@@ -51,6 +51,16 @@ local function new(opts, ...)
   end
   local self = setmetatable({ num_steps = 0, enabled = enabled and acc.distributed_type ~= "NO" }, LocalSGD)
   if self.enabled then
+    -- one of this model still open is one never closed (Python's `with` ported as a plain local, no <close>): its
+    -- no_sync stays on, so after it every backward kept each process's own gradients and the weights parted,
+    -- without the average its close would have made
+    for open in pairs(M._open_set(acc)) do
+      if open.model == model then
+        error("LocalSGD: a LocalSGD of this model is still open (never closed: its no_sync keeps every backward's "
+          .. "gradients local until it closes); close it first: `local local_sgd <close> = fp8.LocalSGD{...}` closes "
+          .. "it at the end of its block, as Python's `with`, or call local_sgd:close()", 3)
+      end
+    end
     self.accelerator, self.model, self.local_sgd_steps = acc, model, k
     -- model.no_sync() entered: backwards communicate nothing while this LocalSGD is open. The accelerator keeps
     -- its open ones: closing removes this one in any order (a saved-and-restored flag stayed on when two closed out
@@ -164,7 +174,8 @@ if okh and help.add then
     sig = "local local_sgd <close> = fp8.LocalSGD{accelerator=, model=, local_sgd_steps=, enabled=true}",
     doc = "Accelerate's LocalSGD: the model's backwards communicate nothing (no_sync) while it is open; every\n"
       .. "local_sgd_steps calls of local_sgd:step() the processes average the model's parameters, and closing it\n"
-      .. "averages them once more. One process (distributed_type NO): disabled, step() only counts." }
+      .. "averages them once more. One process (distributed_type NO): disabled, step() only counts. A second one of\n"
+      .. "the same model while one is still open (never closed) is refused." }
 end
 
 -- fp8.LocalSGD{...} is the constructor (its class is fp8.LocalSGD.LocalSGD, for getmetatable checks)
