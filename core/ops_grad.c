@@ -395,10 +395,10 @@ fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double
     /* maximum with −inf and minimum with +inf change no value (a NaN stays NaN): a missing bound takes no pass, and
      * with both, minimum runs in place on maximum's result (two passes over one new tensor; it made a second) */
     fl_status st;
-    if (lo == -INFINITY && hi < INFINITY) st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, a, hi, false);
-    else {
+    if (lo == -INFINITY && hi != INFINITY) st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, a, hi, false);
+    else {   /* (a NaN bound takes its pass: NaN everywhere, as the chain and torch) */
         st = fl_binary_scalar_raw(out, FL_OP_MAXIMUM, a, lo, false);
-        if (st == FL_OK && hi < INFINITY && fl_tensor_numel(*out) > 0)
+        if (st == FL_OK && hi != INFINITY && fl_tensor_numel(*out) > 0)
             st = fl_device_get((*out)->device)->binary_scalar(FL_OP_MINIMUM, *out, *out, hi, false);
         if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     }

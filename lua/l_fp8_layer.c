@@ -236,6 +236,11 @@ static int l_meta_load_state(lua_State *L) {
     float scale[FL_NROLES];
     lua_Integer upd[FL_NROLES], warm[FL_NROLES];
     bool has_upd[FL_NROLES], has_warm[FL_NROLES];
+    /* the checked histories, kept here: the second pass reads nothing from the table again (a proxy table's __index
+     * could answer otherwise the second time: a history that was no table then crashed lua_rawgeti) */
+    size_t total = 0, off[FL_NROLES];
+    for (int i = 0; i < FL_NROLES; i++) { off[i] = total; total += (size_t)l->role[i].amax_history_len; }
+    float *hist = lua_newuserdatauv(L, (total ? total : 1) * sizeof(float), 0);
     for (int i = 0; i < FL_NROLES; i++) {
         const fl_scaling *s = &l->role[i];
         lua_getfield(L, 2, keys[i]);
@@ -268,6 +273,7 @@ static int l_meta_load_state(lua_State *L) {
             if (lua_tonumber(L, -1) < 0)
                 return luaL_error(L, "load_state: %s.history[%d] is %s (an amax is >= 0)", keys[i], k + 1,
                                   lua_tostring(L, -1));
+            hist[off[i] + (size_t)k] = (float)lua_tonumber(L, -1);
             lua_pop(L, 1);
         }
         lua_pop(L, 1);
@@ -278,14 +284,7 @@ static int l_meta_load_state(lua_State *L) {
     for (int i = 0; i < FL_NROLES; i++) fl_lcheck(L, fl_scaling_flush(&l->role[i]));   /* then overwritten */
     for (int i = 0; i < FL_NROLES; i++) {
         fl_scaling *s = &l->role[i];
-        lua_getfield(L, 2, keys[i]);
-        lua_getfield(L, -1, "history");
-        for (int k = 0; k < s->amax_history_len; k++) {
-            lua_rawgeti(L, -1, k + 1);
-            s->history[k] = (float)lua_tonumber(L, -1);
-            lua_pop(L, 1);
-        }
-        lua_pop(L, 2);
+        for (int k = 0; k < s->amax_history_len; k++) s->history[k] = hist[off[i] + (size_t)k];
         if (has_upd[i]) s->updates = upd[i];
         /* the warm-up count (state layout 2); absent (layout 1, made before warm-up existed): over */
         s->warm = has_warm[i] ? warm[i] : s->warmup;

@@ -196,9 +196,16 @@ function M._rank0_difference(rank, lines)
   end
   local text = table.concat(lines, "\n")
   local a, b = hash24(text)
-  local h = core.tensor { a, -a, b, -b }
+  -- seven values (no count the FP8 amax all-reduces take: 3 or 2 a layer, so no silent pairing with one: MPI refuses
+  -- the other count), the last three marks that another MAX all-reduce met here would move (an msamp step's amaxes,
+  -- 4 of them at 2 layers, took the hashes as amaxes, with four values here)
+  local h = core.tensor { a, -a, b, -b, 1, -1, -7 }
   D._all_reduce_unchecked(h, "max")
   local v = h:totable()
+  if v[5] ~= 1 or v[6] ~= -1 or v[7] ~= -7 then
+    error(("dist: rank %d's call agreement check met another collective (the processes' collectives did not pair: "
+      .. "every process must make the same collective calls in the same order)"):format(rank), 0)
+  end
   if v[1] == -v[2] and v[3] == -v[4] then return nil, true end   -- max == min: every process has these lines
   local theirs = D.broadcast_string(text, 0)
   local t0 = {}

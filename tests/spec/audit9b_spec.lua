@@ -70,6 +70,25 @@ describe("fp8_meta:load_state checks what it takes", function()
     assert.is_true(now.input.history[3] ~= now.input.history[3])
     assert.equal(math.huge, now.input.history[4])
   end)
+  it("reads the table once: a proxy answering otherwise the second time neither crashes it nor gets unchecked values in",
+    function()
+    -- (stop 93's review: the write pass read each role's history again; a non-table there crashed lua_rawgeti)
+    local lin = fp8.recipes.linear_to_fp8(fp8.nn.Linear(16, 16), { backend = "te" })
+    local meta = lin.fp8_meta
+    local st = meta:state()
+    st.input.history[1] = 3.5
+    local reads = 0
+    local proxy = setmetatable({}, { __index = function(_, k)
+      if k == "input" or k == "weight" or k == "grad" then
+        reads = reads + 1
+        if reads <= 3 then return st[k] end
+        return setmetatable({}, { __index = function(_, f) if f == "history" then return 5 end return st[k][f] end })
+      end
+      return st[k]
+    end })
+    assert.is_true(pcall(meta.load_state, meta, proxy))
+    assert.equal(3.5, meta:state().input.history[1])   -- the values the checks saw
+  end)
 end)
 
 describe("a model converted by hand and trained by its own optimizer", function()

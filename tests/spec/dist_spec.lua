@@ -297,6 +297,18 @@ describe("data parallel over MPI (2 processes)", function()
     assert.falsy(out:find("finished", 1, true), out)
   end)
 
+  it("msamp: the same with two layers' 4 amaxes, which the call agreement check's all-reduce once took silently",
+    function()
+    if not can then pending(why) return end
+    local out, code = mpirun("tests/dist/step_skip.lua", "msamp", 60)
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, "a hang: " .. out)
+    assert.truthy(out:find("the processes' collectives did not pair", 1, true), out)
+    assert.truthy(out:find("Under msamp every opt:step() all-reduces the FP8 amaxes", 1, true), out)
+    assert.falsy(out:find("finished", 1, true), out)
+    assert.falsy(out:find("waited", 1, true), out)   -- not the watchdog: the error at once
+  end)
+
   it("a parameter frozen at prepare and unfrozen later is refused rather than trained with local gradients", function()
     if not can then pending(why) return end
     local out, code = mpirun("tests/dist/misc.lua", "unfreeze")

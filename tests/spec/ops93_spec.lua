@@ -43,6 +43,13 @@ describe("clamp between numbers", function()
       end
     end
   end)
+  it("gives NaN everywhere for a NaN bound, either side or alone (a pass skipped for a NaN bound once gave x)", function()
+    local x = fp8.tensor { 1, -2, 3 }
+    for _, b in ipairs { { 0, nan }, { nil, nan }, { nan, 2 }, { nan, nil } } do
+      for _, v in ipairs(x:clamp(b[1], b[2]):totable()) do assert.is_true(v ~= v) end
+    end
+    for _, v in ipairs(x:clamp { max = nan }:totable()) do assert.is_true(v ~= v) end
+  end)
   it("returns a new tensor, the input unchanged, and keeps torch's gradient", function()
     local x = fp8.tensor { -3, -1, 0, 0.5, 1, 4 }
     local y = x:clamp(-1, 1)
