@@ -1,14 +1,18 @@
 -- bench_ops.lua [rounds [group]] — single ops against which PyTorch 2.x is the peer (scripts/bench_ops_torch.py runs
 -- the same cases), forward under no_grad and forward + backward, each the fastest of `rounds` calls (default 4) in ms,
 -- wall clock. Groups: resample (F.interpolate's bilinear, bicubic and trilinear modes, scale 2), embedding_bag
--- (EmbeddingBag(100000, 64) on [4096, 32] ids: sum, max, sum with per_sample_weights); default all. For A/B runs,
+-- (EmbeddingBag(100000, 64) on [4096, 32] ids: sum, max, sum with per_sample_weights), transformer
+-- (TransformerEncoderLayer(256, 8, {batch_first = true, dropout = 0}) on [16, 128, 256]: fp32, and under
+-- fp8.amp.autocast("bf16") where torch's peer is the layer in bf16; forward in eval, forward + backward in training
+-- mode with y:sum():backward()); default all. For A/B runs,
 -- alternate the binaries and the peer a few times over at one thread and compare the fastest figures
--- (docs/performance.md, "Resampling in one pass", "EmbeddingBag's max and per-sample weights in one pass"):
+-- (docs/performance.md, "Resampling in one pass", "EmbeddingBag's max and per-sample weights in one pass",
+-- "TransformerEncoderLayer under bf16 autocast"):
 --   OMP_NUM_THREADS=1 build/fp8lab scripts/bench_ops.lua 4 resample
 local fail = require("fp8.args").fail
-local GROUPS = { resample = true, embedding_bag = true, all = true }
+local GROUPS = { resample = true, embedding_bag = true, transformer = true, all = true }
 local USAGE = "usage: fp8lab scripts/bench_ops.lua [ROUNDS [GROUP]]   (ROUNDS: an integer >= 1, default 4; GROUP: "
-  .. "resample, embedding_bag or all, default all)"
+  .. "resample, embedding_bag, transformer or all, default all)"
 local argv = arg or {}
 if argv[1] == "-h" or argv[1] == "--help" then print(USAGE) return end
 if #argv > 2 then fail(("bench_ops.lua: two arguments at most, got %d\n%s"):format(#argv, USAGE)) end
@@ -17,7 +21,7 @@ if not rounds or rounds < 1 then
   fail(("bench_ops.lua: ROUNDS must be an integer >= 1, got '%s'\n%s"):format(argv[1], USAGE))
 end
 local group = argv[2] or "all"
-if not GROUPS[group] then fail(("bench_ops.lua: GROUP must be resample, embedding_bag or all, got '%s'\n%s"):format(
+if not GROUPS[group] then fail(("bench_ops.lua: GROUP must be resample, embedding_bag, transformer or all, got '%s'\n%s"):format(
   group, USAGE)) end
 local now = require("fp8._data").clock   -- wall-clock seconds, monotonic
 local F, nn = fp8.nn.F, fp8.nn
@@ -55,5 +59,21 @@ if group == "all" or group == "embedding_bag" then
     report(("EmbeddingBag %s%s"):format(c[1], c[2] and " per_sample_weights" or ""),
       best(function() fp8.no_grad(function() m(ids, nil, c[2]) end) end),
       best(function() m(ids, nil, c[2]):sum():backward() end))
+  end
+end
+if group == "all" or group == "transformer" then
+  local layer = nn.TransformerEncoderLayer(256, 8, { batch_first = true, dropout = 0 })
+  local x = fp8.randn { 16, 128, 256 }
+  for _, mode in ipairs { "no", "bf16" } do
+    local function fwd()
+      layer:eval()
+      fp8.no_grad(function() fp8.amp.autocast(mode, function() return layer(x) end) end)
+    end
+    local function both()
+      layer:train()
+      fp8.amp.autocast(mode, function() return layer(x) end):sum():backward()
+      layer:zero_grad()
+    end
+    report(("TransformerEncoderLayer %s"):format(mode == "no" and "fp32" or "bf16 autocast"), best(fwd), best(both))
   end
 end

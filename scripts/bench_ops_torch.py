@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """bench_ops_torch.py [rounds [group]] — scripts/bench_ops.lua's cases in PyTorch 2.x: forward under no_grad and
-forward + backward, the fastest of `rounds` calls (default 4) in ms, wall clock; groups resample, embedding_bag, all.
+forward + backward, the fastest of `rounds` calls (default 4) in ms, wall clock; groups resample, embedding_bag,
+transformer (fp8lab's bf16 autocast against the layer in bf16), all.
     /opt/torch2/bin/python3 scripts/bench_ops_torch.py 4 resample     (torch's threads: OMP_NUM_THREADS, as fp8lab's)"""
 import os, sys, time
 
 USAGE = ("usage: bench_ops_torch.py [ROUNDS [GROUP]]   (ROUNDS: an integer >= 1, default 4; GROUP: resample, "
-         "embedding_bag or all, default all)")
+         "embedding_bag, transformer or all, default all)")
 args = sys.argv[1:]
 if len(args) > 2 or (args and not (args[0].isdigit() and int(args[0]) >= 1)):
     sys.exit("bench_ops_torch.py: ROUNDS must be an integer >= 1 (and two arguments at most), got %r\n%s"
              % (args, USAGE))
 rounds = int(args[0]) if args else 4
 group = args[1] if len(args) > 1 else "all"
-if group not in ("resample", "embedding_bag", "all"):
-    sys.exit("bench_ops_torch.py: GROUP must be resample, embedding_bag or all, got %r\n%s" % (group, USAGE))
+if group not in ("resample", "embedding_bag", "transformer", "all"):
+    sys.exit("bench_ops_torch.py: GROUP must be resample, embedding_bag, transformer or all, got %r\n%s"
+             % (group, USAGE))
 
 import torch   # (after the arguments: a refusal needs no torch)
 import torch.nn.functional as F
@@ -49,3 +51,16 @@ if group in ("all", "embedding_bag"):
             fwd = best(lambda: m(ids, per_sample_weights=p))
         report("EmbeddingBag %s%s" % (mode, " per_sample_weights" if p is not None else ""), fwd,
                best(lambda: m(ids, per_sample_weights=p).sum().backward()))
+if group in ("all", "transformer"):
+    layer = torch.nn.TransformerEncoderLayer(256, 8, batch_first=True, dropout=0.0)
+    x = torch.randn(16, 128, 256)
+    for name, dt in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        layer, xd = layer.to(dt), x.to(dt)
+        layer.eval()
+        with torch.no_grad():
+            fwd = best(lambda: layer(xd))
+        layer.train()
+        def both():
+            layer(xd).float().sum().backward()
+            layer.zero_grad()
+        report("TransformerEncoderLayer %s" % name, fwd, best(both))
