@@ -191,6 +191,12 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(sdpa_flash_bwd, (const float *q, const float *k, const float *v, const float *stats, const float *dout,      \
                        float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,    \
                        bool causal))                                                                               \
+    /* y[M, N] (bf16) = relu(x[M, K]·w[N, K]ᵀ + b[N]) (b NULL: no bias) of bf16 x and w, rounded once: the bits of  \
+     * the device's bf16 matmul with an fp32 result, bias_add, act_fwd's ReLU and the fp32 → bf16 cast in turn, in    \
+     * one pass over the fp32 sums (fl_linear_relu_bf16). *done = false where it would not be those bits (the         \
+     * caller then runs the four); y's contents are then undefined. NULL entry: never. */                            \
+    X(linear_relu_bf16, (const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y, int64_t M, int64_t N,   \
+                         int64_t K, bool *done))                                                                   \
     /* y[r, :] += b for r < rows (the linear layer's bias, in place). */                                           \
     X(bias_add, (float *y, const float *b, int64_t rows, int64_t cols))                                            \
     /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------                 \

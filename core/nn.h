@@ -15,6 +15,11 @@ fl_status fl_linear_check(const char *who, const fl_tensor *x, const fl_tensor *
                           const char *fp8_hint);
 
 fl_status fl_relu(fl_tensor **out, const fl_tensor *x);
+/* relu(fl_linear(x, w, b)) rounded once to bf16, under a bf16 autocast and with nothing requiring grad (FL_EINVAL
+ * otherwise; no node): the input a bf16-autocast feed-forward block's second linear takes, with the bits of the
+ * composite. One pass over the GEMM's fp32 sums where the device has linear_relu_bf16 (x fp32 or bf16, w and b
+ * fp32), the composite elsewhere. */
+fl_status fl_linear_relu_bf16(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b);
 /* approx: 0 exact (erf), 1 tanh */
 fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx);
 /* x·sigmoid(x), one node (its backward from the input) */

@@ -289,6 +289,7 @@ static const fl_device fl_cpu = {
     .sdpa_flash_bwd = fl_cpu_dev_sdpa_flash_bwd,
     .sdpa_bwd = fl_cpu_dev_sdpa_bwd,
     .bias_add = fl_cpu_dev_bias_add,
+    .linear_relu_bf16 = fl_cpu_dev_linear_relu_bf16,
     .sgd = fl_cpu_dev_sgd,
     .adamw = fl_cpu_dev_adamw,
     .rmsprop = fl_cpu_dev_rmsprop,

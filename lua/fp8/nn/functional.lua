@@ -103,6 +103,13 @@ end
 -- silu(x) = x·sigmoid(x) (torch's SiLU, the Swish of SwiGLU MLPs): one fp32 kernel and one node (the core's silu;
 -- a bf16/fp16 input computed in fp32 and rounded once, keeping its dtype, as torch's); sigmoid and tanh as
 -- torch.nn.functional's.
+-- _linear_relu_bf16(x, w [, b]) → relu(linear(x, w, b)) rounded once to bf16 (internal): under a bf16 autocast with
+-- nothing requiring grad, in one pass over the GEMM's fp32 sums where the device can (the composite's bits); the
+-- feed-forward block's first half that TransformerEncoderLayer hands its second linear, which rounds to bf16 anyway
+function F._linear_relu_bf16(x, w, b)
+  return (at_caller(pcall(core().linear_relu_bf16, x, w, b)))
+end
+
 function F.silu(x, ...)
   no_more("silu", "(input) (no inplace)", ...)
   check_tensor("silu", "input", x)
