@@ -173,7 +173,8 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     /* The same attention read from and written to the packed layouts of a fused projection: q, k, v are       \
      * parts 0, 1, 2 of qkv [B, T, 3·H·D] (head h: columns h·D of its part), out and dout are [B, T, H·D],      \
      * dqkv is qkv's shape; att as above, or with att NULL (bf16 only) stats in its place as sdpa_flash_fwd/bwd   \
-     * keep them. No copies into [B, H, T, D]. Sets *done = false, touching nothing, when the device has no such \
+     * keep them; att and stats both NULL: no backward will run (core/nn.c passes that to the CPU device alone).   \
+     * No copies into [B, H, T, D]. Sets *done = false, touching nothing, when the device has no such \
      * kernel for these arguments (the caller then copies and uses sdpa_fwd/bwd or the flash entries); a NULL    \
      * entry: never. */                                                                                            \
     X(sdpa_qkv_fwd, (const float *qkv, float *out, float *att, float *stats, int64_t B, int64_t H, int64_t T,      \

@@ -758,6 +758,12 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
     /* The packed layout where the device reads it in place; else copies into [B, H, T, D] and back, through the
      * fused kernels where the device has them (no att then: the node keeps their statistics in its place). */
     bool packed = false, fused = false;
+    /* no backward to come: the CPU device keeps no probabilities (att and stats NULL, as fl_sdpa's; the same bits) */
+    const bool keep = fl_any_requires_grad(1, &qkv) || dev != fl_cpu_device();
+    if (st == FL_OK && dev->sdpa_qkv_fwd && !keep && !sdpa_fuses(dev, bf16, B, H, T)) {
+        st = dev->sdpa_qkv_fwd(F(x), F(*out), NULL, NULL, B, H, T, D, (float)scale, causal, bf16, &packed);
+        if (st == FL_OK && packed) goto done;
+    }
     if (st == FL_OK && dev->sdpa_qkv_fwd) {
         /* the fused maths where sdpa_fuses says so: att then holds the rows' statistics, [B, H, T, 2] */
         const bool flash = sdpa_fuses(dev, bf16, B, H, T);
@@ -782,6 +788,7 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
         if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
         if (st == FL_OK) st = fl_tensor_copy_(ov, o);
     }
+done:
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, "SdpaBackward", sdpa_qkv_bwd, 1, (const fl_tensor *[]){ qkv });

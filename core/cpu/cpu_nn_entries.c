@@ -160,9 +160,19 @@ fl_status fl_cpu_dev_sdpa_qkv_fwd(const float *qkv, float *out, float *att, floa
                                   int64_t D, float scale, bool causal, bool bf16, bool *done) {
     fl_attn_layout in, ol;
     const int64_t C = H * D;
-    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) && (att || stats_direct(bf16));
+    /* att and stats NULL (no backward will run): fp32 keeps each tile's P in the thread's buffer, bf16 the statistics
+     * in a temporary (fl_cpu_dev_sdpa_fwd's forms without att: the same bits) */
+    const bool none = !att && !stats;
+    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) && (att || (!bf16 && none) || stats_direct(bf16));
     if (!*done) return FL_OK;
-    if (!att)
+    if (none && !bf16)
+        *done = fl_cpu_attn_f32_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, NULL, B, H, T, D, scale, causal) == FL_OK;
+    else if (none) {
+        float *st = malloc((size_t)(B * H * T * 2) * sizeof(float));
+        *done = st && fl_cpu_attn_bf16_stats_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, st, B, H, T, D, scale,
+                                                    causal) == FL_OK;
+        free(st);
+    } else if (!att)
         *done = fl_cpu_attn_bf16_stats_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, stats, B, H, T, D, scale, causal) == FL_OK;
     else
         *done = (bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at)(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H,
