@@ -128,6 +128,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * which writes dx and accumulates (+=) into dw, db when they are non-NULL. */                                 \
     X(layernorm_fwd, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,          \
                       int64_t rows, int64_t cols, float eps))                                                      \
+    /* layernorm_fwd of x + r (contiguous fp32 of one shape; their sum rounded as the add rounds it) without the sum \
+     * in memory: the bits of the add then layernorm_fwd (fl_add_layer_norm, a residual block's norm in inference).  \
+     * NULL: core/nn.c adds, then runs layernorm_fwd. */                                                            \
+    X(add_layernorm_fwd, (const float *x, const float *r, const float *w, const float *b, float *y, float *mean,    \
+                          float *rstd, int64_t rows, int64_t cols, float eps))                                     \
     X(layernorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,       \
                       float *dx, float *dw, float *db, int64_t rows, int64_t cols))                                \
     /* layernorm_fwd of a contiguous fp32 x [rows, cols] (cols its last dim; w, b contiguous fp32 [cols] or NULL)  \

@@ -38,6 +38,11 @@ fl_status fl_cross_entropy(fl_tensor **out, const fl_tensor *logits, const fl_te
 fl_status fl_mse_loss(fl_tensor **out, const fl_tensor *x, const fl_tensor *y);
 /* Over the last dim; w, b [last dim] or NULL. */
 fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps);
+/* fl_layer_norm(x + r) recording nothing (FL_EINVAL where an input requires grad): a residual block's norm in
+ * inference, with the sum never in memory where the device has add_layernorm_fwd (x, r fp32 contiguous of one
+ * shape); the bits of the add, then layer_norm. */
+fl_status fl_add_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *r, const fl_tensor *w,
+                            const fl_tensor *b, double eps);
 /* LayerNorm(x) cast per tensor to FP8 fmt in LayerNorm's pass (the device's layernorm_quantize), with the host scale
  * or, where scale is NULL, current scaling (margin, pow2): *q that cast (its statistics in qstats, scale_inv 1/the
  * scale), *y LayerNorm's output as a header without storage

@@ -150,6 +150,17 @@ static int l_layer_norm(lua_State *L) {
     return 1;
 }
 
+/* _add_layer_norm(x, r, w|nil, b|nil, eps): layer_norm(x + r) recording nothing (a residual block's norm in
+ * inference; fl_add_layer_norm) */
+static int l_add_layer_norm(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *r = fl_lchecktensor(L, 2), *w = opt_tensor(L, 3), *b = opt_tensor(L, 4);
+    const double eps = luaL_checknumber(L, 5);
+    no_extra(L, 6, "_add_layer_norm");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_add_layer_norm(slot, x, r, w, b, eps));
+    return 1;
+}
+
 /* _channel_norm(x, groups, w|nil, b|nil, eps) -> y, mean, var: fl_channel_norm (groups 0: BatchNorm's batch
  * statistics); the Lua norms (lua/fp8/nn/batch_norm.lua) call it for the devices that have its kernels. */
 static int l_channel_norm(lua_State *L) {
@@ -432,7 +443,7 @@ static int l_matmul_wide(lua_State *L) {
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
-    {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
+    {"layer_norm", l_layer_norm}, {"_add_layer_norm", l_add_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"_channel_norm", l_channel_norm}, {"_batch_norm_eval", l_batch_norm_eval}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},

@@ -3,6 +3,7 @@
 #include "cpu_internal.h"
 #include "cpu_nn.h"
 #include "cpu_nn_internal.h"
+#include <omp.h>
 #include <stdlib.h>
 
 fl_status fl_cpu_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
@@ -53,6 +54,16 @@ fl_status fl_cpu_dev_mse_fwd(const float *x, const float *y, int64_t n, double *
 fl_status fl_cpu_dev_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
     #pragma omp parallel for simd schedule(static) if (parallel: n > FL_NN_PAR_MIN)
     for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]);
+    return FL_OK;
+}
+fl_status fl_cpu_dev_add_layernorm_fwd(const float *x, const float *r, const float *w, const float *b, float *y,
+                                       float *mean, float *rstd, int64_t rows, int64_t cols, float eps) {
+    /* two rows of the sum per thread (the kernel's scratch) */
+    float *s = aligned_alloc(64, ((size_t)omp_get_max_threads() * (size_t)(2 * cols) * sizeof(float) + 63) / 64 * 64);
+    if (!s) return FL_ERR(FL_ENOMEM, "layer_norm: out of memory for %d rows of %lld", 2 * omp_get_max_threads(),
+                          (long long)cols);
+    fl_cpu_add_layernorm_fwd(x, r, w, b, y, mean, rstd, rows, cols, eps, s);
+    free(s);
     return FL_OK;
 }
 fl_status fl_cpu_dev_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,

@@ -1,6 +1,7 @@
 -- encoder_inference_spec.lua — TransformerEncoderLayer's inference forms against the composition they replace: the
 -- feed-forward block's first linear, ReLU and bf16 rounding as one op under a bf16 autocast (F._linear_relu_bf16),
--- and batch_first self-attention reading its packed projection in place (F.qkv_attention); each bit for bit with the
+-- batch_first self-attention reading its packed projection in place (F.qkv_attention), and the residual adds inside
+-- the post-norm LayerNorms (F._add_layer_norm); each bit for bit with the
 -- layer's forward when a gradient is recorded (which takes the composition), and each skipped where a hook, a mask,
 -- another activation or a gradient needs the composition.
 local fp8 = fp8 or require "fp8"
@@ -45,10 +46,16 @@ describe("TransformerEncoderLayer in inference", function()
         local x = fp8.randn(bf and { 3, 37, 64 } or { 37, 3, 64 }) * 2
         for _, mode in ipairs { "fp32", "bf16" } do
           local ref = run(mode, function() return layer(x) end):detach()   -- (the parameters require grad)
+          local nln
           local got, nff = counting("_linear_relu_bf16", function()
-            return fp8.no_grad(function() return run(mode, function() return layer(x) end) end)
+            local y
+            y, nln = counting("_add_layer_norm", function()
+              return fp8.no_grad(function() return run(mode, function() return layer(x) end) end)
+            end)
+            return y
           end)
           assert.are.equal(mode == "bf16" and 1 or 0, nff, "the one-op feed-forward half ran")
+          assert.are.equal(nf and 0 or 2, nln, "the residual adds went into the norms (post-norm)")
           same_bits(("%s batch_first=%s norm_first=%s"):format(mode, bf, nf), got, ref)
         end
       end
@@ -97,6 +104,8 @@ describe("TransformerEncoderLayer in inference", function()
       return fp8.amp.autocast("bf16", function() return layer(x) end)
     end)
     assert.are.equal(0, g, "a forward recording gradients takes the composition")
+    local _, ga = counting("_add_layer_norm", function() return layer(x) end)
+    assert.are.equal(0, ga, "a forward recording gradients adds, then norms")
     local gl = nn.TransformerEncoderLayer(32, 2, { batch_first = true, dim_feedforward = 48, activation = "gelu" })
     gl:eval()
     local _, ge = counting("_linear_relu_bf16", function()

@@ -110,6 +110,12 @@ function F._linear_relu_bf16(x, w, b)
   return (at_caller(pcall(core().linear_relu_bf16, x, w, b)))
 end
 
+-- _add_layer_norm(x, r, w, b, eps) → layer_norm(x + r, w, b, eps) recording nothing (internal): the sum never in memory
+-- where the device can (x, r fp32 of one shape), the bits of the add then the norm; a residual block's norm in inference
+function F._add_layer_norm(x, r, w, b, eps)
+  return (at_caller(pcall(core()._add_layer_norm, x, r, w, b, eps)))
+end
+
 function F.silu(x, ...)
   no_more("silu", "(input) (no inplace)", ...)
   check_tensor("silu", "input", x)

@@ -146,6 +146,20 @@ local function ff_relu_bf16(self, x)
   return F._linear_relu_bf16(x, w, b)
 end
 
+-- norm(x + r) for a LayerNorm `norm`: one op (F._add_layer_norm, the sum never in memory; the same bits) where nothing
+-- records a gradient, x and r are fp32 of one shape and norm runs LayerNorm's forward unobserved; else the two
+local function add_norm(norm, x, r)
+  if Module._call_hook == nil and Module.runs_forward_of(norm, "LayerNorm") and x:dtype() == "fp32"
+     and r:dtype() == "fp32" and x:dim() >= 1 and x:size(-1) == norm.normalized_shape and x:shape_str() == r:shape_str() then
+    local w, b = norm.weight, norm.bias
+    if not core.is_grad_enabled() or not (x:requires_grad() or r:requires_grad() or (w ~= nil and w:requires_grad())
+                                          or (b ~= nil and b:requires_grad())) then
+      return F._add_layer_norm(x, r, w, b, norm.eps)
+    end
+  end
+  return norm(x + r)
+end
+
 -- layer(src [, {src_mask=, src_key_padding_mask=, is_causal=false}]): src [S, N, E] ([N, S, E] with batch_first,
 -- [S, E] unbatched); the masks are MultiheadAttention's attn_mask and key_padding_mask (added to the scores)
 function Layer:forward(src, opts, ...)
@@ -165,8 +179,8 @@ function Layer:forward(src, opts, ...)
     x = x + sa(self.norm1(x))
     return x + ff(self.norm2(x))
   end
-  x = self.norm1(x + sa(x))
-  return self.norm2(x + ff(x))
+  x = add_norm(self.norm1, x, sa(x))
+  return add_norm(self.norm2, x, ff(x))
 end
 
 function Layer:extra_repr()
