@@ -10,6 +10,11 @@
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
+/* Output bytes from which an autocast linear with a bias runs the device's row blocks (linear_bias_bf16): about twice
+ * the L2 of the Xeons timed (the [2048, 768] projection, 6 MB, saved its bias pass over memory; a 2 MB output's bias
+ * pass runs in cache anyway). */
+#define FL_LINEAR_BIAS_BLOCKS_MIN (4.0 * 1024 * 1024)
+
 /* y2[N,out] = x2[N,in] · Wᵀ  (W [out,in] seen as a column-major [in,out]) */
 static fl_status gemm_fprop(fl_tensor **y2, const fl_tensor *x2, const fl_tensor *w, fl_dtype cdt, fl_dtype odt) {
     fl_tensor *wt = NULL;
@@ -111,8 +116,24 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     /* A bf16/fp16 result with a bias of its dtype: the GEMM's fp32 sums take the bias before the one rounding
      * (torch's addmm; rounding the product first and then the sum was up to 2 ulps off, 2026-12-05) */
     bool round_after = b && (odt == FL_BF16 || odt == FL_F16) && b->dtype == odt;
-    if (st == FL_OK) st = gemm_fprop(&y2, xc, wc, cdt, round_after ? FL_F32 : odt);
-    if (st == FL_OK && b) st = add_bias(&y2, b);
+    /* bf16 operands, an fp32 result and bias past the caches' size: the device's blocks take the bias while in cache
+     * (linear_bias_bf16; the bits of the GEMM then add_bias) */
+    const fl_device *dev = fl_device_get(x->device);
+    bool fused = false;
+    if (st == FL_OK && b && cdt == FL_BF16 && odt == FL_F32 && b->dtype == FL_F32 && fl_tensor_is_contiguous(b) &&
+        dev && dev->linear_bias_bf16 && fl_tensor_is_contiguous(xc) && fl_tensor_is_contiguous(wc) &&
+        (double)x2s[0] * (double)w->shape[0] * 4.0 >= FL_LINEAR_BIAS_BLOCKS_MIN && w->shape[1] > 0) {
+        FL_PROF_SCOPE("matmul"); FL_PROF_SHAPES(xc, wc);
+        FL_PROF_FLOPS(2.0 * (double)x2s[0] * (double)w->shape[0] * (double)w->shape[1]);
+        const int64_t s2[2] = { x2s[0], w->shape[0] };
+        st = fl_tensor_empty(&y2, FL_F32, 2, s2, x->device);
+        if (st == FL_OK)
+            st = dev->linear_bias_bf16(fl_tensor_data(xc), fl_tensor_data(wc), fl_tensor_data(b), fl_tensor_data(y2),
+                                       x2s[0], w->shape[0], w->shape[1], &fused);
+        if (st == FL_OK && !fused) { fl_tensor_release(y2); y2 = NULL; }
+    }
+    if (st == FL_OK && !fused) st = gemm_fprop(&y2, xc, wc, cdt, round_after ? FL_F32 : odt);
+    if (st == FL_OK && b && !fused) st = add_bias(&y2, b);
     if (st == FL_OK && round_after) {
         fl_tensor *r = NULL;
         st = fl_tensor_to(&r, y2, odt);

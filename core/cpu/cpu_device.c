@@ -290,6 +290,7 @@ static const fl_device fl_cpu = {
     .sdpa_bwd = fl_cpu_dev_sdpa_bwd,
     .bias_add = fl_cpu_dev_bias_add,
     .linear_relu_bf16 = fl_cpu_dev_linear_relu_bf16,
+    .linear_bias_bf16 = fl_cpu_dev_linear_bias_bf16,
     .add_layernorm_fwd = fl_cpu_dev_add_layernorm_fwd,
     .sgd = fl_cpu_dev_sgd,
     .adamw = fl_cpu_dev_adamw,

@@ -1,5 +1,5 @@
 /* cpu_linear_act.c — a linear layer's GEMM, bias, ReLU and bf16 rounding in one pass over its fp32 sums (device.h's
- * linear_relu_bf16): what a bf16-autocast feed-forward block's first linear gives its second, which would round the
+ * linear_relu_bf16), and its GEMM and bias alone a block of rows at a time (linear_bias_bf16): what a bf16-autocast feed-forward block's first linear gives its second, which would round the
  * fp32 result to bf16 anyway. The composite wrote [M, N] fp32 sums to memory, added the bias in place, wrote the ReLU's
  * fp32 copy and a bf16 copy of that: four passes over 16-32 MB at the TransformerEncoderLayer's size. Here the GEMM runs
  * a block of rows at a time into a buffer that stays in L2 (the same oneDNN primitive per row count as the composite's
@@ -90,6 +90,31 @@ fl_status fl_cpu_dev_linear_relu_bf16(const uint16_t *x, const uint16_t *w, cons
         }
     }
     free(s);
+    *done = st == FL_OK && ran;
+    return st;
+}
+
+/* y[M, N] (fp32) = x·wᵀ + b a block of rows at a time, each block's sums taking the bias while they are in L2: the bits
+ * of the bf16 GEMM then bias_add (device.h's linear_bias_bf16). */
+fl_status fl_cpu_dev_linear_bias_bf16(const uint16_t *x, const uint16_t *w, const float *b, float *y, int64_t M,
+                                      int64_t N, int64_t K, bool *done) {
+    *done = false;
+    if (M <= 0 || N <= 0 || K <= 0) return FL_OK;
+    const int64_t R = block_rows(M, N);
+    fl_status st = FL_OK;
+    bool ran = true;
+    for (int64_t r0 = 0; r0 < M && st == FL_OK && ran; r0 += R) {
+        const int64_t m = M - r0 < R ? M - r0 : R;
+        float *yb = y + r0 * N;
+        st = fl_cpu_matmul_bf16_nt(x + r0 * K, w, yb, m, N, K, &ran);
+        if (st != FL_OK || !ran) break;
+        #pragma omp parallel for if (m * N > FL_NN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            float *row = yb + i * N;
+            #pragma omp simd
+            for (int64_t j = 0; j < N; j++) row[j] += b[j];
+        }
+    }
     *done = st == FL_OK && ran;
     return st;
 }

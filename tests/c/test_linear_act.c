@@ -6,6 +6,8 @@
 #include "runner.h"
 #include "nn.h"
 #include "autograd.h"
+#include "ops.h"
+#include "ops_raw.h"
 #include "cpu/cpu_internal.h"
 #include <math.h>
 #include <stdint.h>
@@ -118,4 +120,49 @@ TEST(linear_relu_bf16_refuses_grad_and_other_autocast) {
     CHECK(fl_linear_relu_bf16(&y, x, w2, NULL) == FL_EINVAL && !y, "mismatched in_features: not refused");
     fl_set_autocast_dtype(prev);
     fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(w2);
+}
+
+/* fl_linear under a bf16 autocast with a bias and an output past FL_LINEAR_BIAS_BLOCKS_MIN (the device's row blocks,
+ * linear_bias_bf16) against the GEMM of the rounded operands then the bias added, bit for bit; the entry itself runs
+ * where the bf16 GEMMs are oneDNN's. */
+TEST(linear_bias_bf16_blocks_same_bits_as_gemm_then_bias) {
+    const int64_t shapes[][3] = { { 2048, 768, 256 }, { 1100, 1000, 72 } };
+    const bool fused_expected = fl_cpu_avx512() && !fl_cpu_fma_mm_first();
+    for (int s = 0; s < 2; s++) {
+        const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const int64_t xs[2] = { M, K }, ws[2] = { N, K }, bs[1] = { N };
+        float *xv = malloc(sizeof(float) * (size_t)(M * K)), *wv = malloc(sizeof(float) * (size_t)(N * K));
+        float *bv = malloc(sizeof(float) * (size_t)N);
+        for (int64_t i = 0; i < M * K; i++) xv[i] = la_rand();
+        for (int64_t i = 0; i < N * K; i++) wv[i] = la_rand();
+        for (int64_t j = 0; j < N; j++) bv[j] = la_rand();
+        bv[0] = NAN; bv[1] = INFINITY; bv[2] = -0.0f; bv[3] = 1e-40f;
+        fl_tensor *x = NULL, *w = NULL, *b = NULL, *y = NULL, *xb = NULL, *wb = NULL, *wt = NULL, *p = NULL, *ref = NULL;
+        REQUIRE_OK(fl_tensor_from_f32(&x, xv, 2, xs, FL_F32));
+        REQUIRE_OK(fl_tensor_from_f32(&w, wv, 2, ws, FL_F32));
+        REQUIRE_OK(fl_tensor_from_f32(&b, bv, 1, bs, FL_F32));
+        const fl_dtype prev = fl_set_autocast_dtype(FL_BF16);
+        CHECK_OK(fl_linear(&y, x, w, b));
+        fl_set_autocast_dtype(prev);
+        REQUIRE_OK(fl_tensor_to(&xb, x, FL_BF16));
+        REQUIRE_OK(fl_tensor_to(&wb, w, FL_BF16));
+        REQUIRE_OK(fl_tensor_transpose(&wt, wb, 0, 1));
+        REQUIRE_OK(fl_matmul_raw(&p, xb, wt, FL_BF16, FL_F32));
+        REQUIRE_OK(fl_binary(&ref, FL_OP_ADD, p, b));
+        if (y) {
+            CHECK(y->dtype == FL_F32, "the autocast linear's result is not fp32");
+            CHECK(!memcmp(fl_tensor_data(y), fl_tensor_data(ref), sizeof(float) * (size_t)(M * N)),
+                  "[%lld, %lld] x [%lld, %lld]ᵀ + b: differs from the GEMM then the bias", (long long)M, (long long)K,
+                  (long long)N, (long long)K);
+        }
+        float *yd = malloc(sizeof(float) * (size_t)(M * N));
+        bool done = false;
+        CHECK_OK(fl_cpu_dev_linear_bias_bf16(fl_tensor_data(xb), fl_tensor_data(wb), bv, yd, M, N, K, &done));
+        CHECK(done || !fused_expected, "the row blocks did not run on a CPU whose bf16 GEMMs are oneDNN's");
+        if (done) CHECK(!memcmp(yd, fl_tensor_data(ref), sizeof(float) * (size_t)(M * N)), "the entry differs");
+        free(yd);
+        fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(b); fl_tensor_release(y); fl_tensor_release(xb);
+        fl_tensor_release(wb); fl_tensor_release(wt); fl_tensor_release(p); fl_tensor_release(ref);
+        free(xv); free(wv); free(bv);
+    }
 }
