@@ -50,11 +50,12 @@ FL_BF16_X86_TARGET static void row_avx512(float *row, const float *b, uint16_t *
 }
 #endif
 
-/* Rows per block: about 1 MiB of fp32 sums, half an L2 of the Xeons it was timed on (a multiple of 16 rows, the
- * GEMM's tile height; at least 16). 256 KiB blocks were 1.6x slower at [2048, 256] x [256, 2048] (oneDNN's cost per
- * call and per short M), 512 KiB 1.1x; one block of all rows as fast, with 16 MB of sums through memory. */
+/* Rows per block: about 2 MiB of fp32 sums, a core's L2 on the Xeon timed (a multiple of 16 rows, the GEMM's tile
+ * height; at least 16). At [2048, 256] x [256, 2048] with bias and ReLU, CPU time one thread: 3.25-3.40 ms; 1 MiB
+ * blocks 3.45, 512 KiB 3.6-3.9, 256 KiB 4.8 (oneDNN's cost per call and per short M), 4 MiB 3.5-3.6, one block of
+ * all rows (16 MB of sums through memory) 3.7-3.8. */
 static int64_t block_rows(int64_t M, int64_t N) {
-    int64_t r = (int64_t)(1024 * 1024 / 4) / (N > 0 ? N : 1);
+    int64_t r = (int64_t)(2048 * 1024 / 4) / (N > 0 ? N : 1);
     r = r / 16 * 16;
     if (r < 16) r = 16;
     return r < M ? r : M;
