@@ -37,7 +37,7 @@ local function best(f)
   return b * 1e3
 end
 local function report(name, fwd, both)
-  print(("%-34s forward %8.2f ms  forward + backward %8.2f ms"):format(name, fwd, both))
+  print(("%-38s forward %8.2f ms  forward + backward %8.2f ms"):format(name, fwd, both))
 end
 
 fp8.manual_seed(1)

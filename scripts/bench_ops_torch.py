@@ -32,7 +32,7 @@ def best(f):
     return b * 1e3
 
 def report(name, fwd, both):
-    print("%-34s forward %8.2f ms  forward + backward %8.2f ms" % (name, fwd, both))
+    print("%-38s forward %8.2f ms  forward + backward %8.2f ms" % (name, fwd, both))
 
 if group in ("all", "resample"):
     x4, x5 = torch.randn(16, 64, 32, 32), torch.randn(2, 16, 16, 32, 32)
