@@ -128,6 +128,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * which writes dx and accumulates (+=) into dw, db when they are non-NULL. */                                 \
     X(layernorm_fwd, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,          \
                       int64_t rows, int64_t cols, float eps))                                                      \
+    /* layernorm_fwd of x + r (contiguous fp32 of one shape; their sum rounded as the add rounds it) without the sum \
+     * in memory: the bits of the add then layernorm_fwd (fl_add_layer_norm, a residual block's norm in inference).  \
+     * NULL: core/nn.c adds, then runs layernorm_fwd. */                                                            \
+    X(add_layernorm_fwd, (const float *x, const float *r, const float *w, const float *b, float *y, float *mean,    \
+                          float *rstd, int64_t rows, int64_t cols, float eps))                                     \
     X(layernorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,       \
                       float *dx, float *dw, float *db, int64_t rows, int64_t cols))                                \
     /* layernorm_fwd of a contiguous fp32 x [rows, cols] (cols its last dim; w, b contiguous fp32 [cols] or NULL)  \
@@ -173,7 +178,8 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     /* The same attention read from and written to the packed layouts of a fused projection: q, k, v are       \
      * parts 0, 1, 2 of qkv [B, T, 3·H·D] (head h: columns h·D of its part), out and dout are [B, T, H·D],      \
      * dqkv is qkv's shape; att as above, or with att NULL (bf16 only) stats in its place as sdpa_flash_fwd/bwd   \
-     * keep them. No copies into [B, H, T, D]. Sets *done = false, touching nothing, when the device has no such \
+     * keep them; att and stats both NULL: no backward will run (core/nn.c passes that to the CPU device alone).   \
+     * No copies into [B, H, T, D]. Sets *done = false, touching nothing, when the device has no such \
      * kernel for these arguments (the caller then copies and uses sdpa_fwd/bwd or the flash entries); a NULL    \
      * entry: never. */                                                                                            \
     X(sdpa_qkv_fwd, (const float *qkv, float *out, float *att, float *stats, int64_t B, int64_t H, int64_t T,      \
@@ -191,6 +197,18 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(sdpa_flash_bwd, (const float *q, const float *k, const float *v, const float *stats, const float *dout,      \
                        float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,    \
                        bool causal))                                                                               \
+    /* y[M, N] (bf16) = relu(x[M, K]·w[N, K]ᵀ + b[N]) (b NULL: no bias) of bf16 x and w, rounded once: the bits of  \
+     * the device's bf16 matmul with an fp32 result, bias_add, act_fwd's ReLU and the fp32 → bf16 cast in turn, in    \
+     * one pass over the fp32 sums (fl_linear_relu_bf16). *done = false where it would not be those bits (the         \
+     * caller then runs the four); y's contents are then undefined. NULL entry: never. */                            \
+    X(linear_relu_bf16, (const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y, int64_t M, int64_t N,   \
+                         int64_t K, bool *done))                                                                   \
+    /* y[M, N] (fp32) = x[M, K]·w[N, K]ᵀ + b[N] of bf16 x and w: the bits of the device's bf16 matmul with an fp32   \
+     * result, then bias_add, with each block of rows taking its bias while in cache (fl_linear under a bf16          \
+     * autocast, large outputs). *done = false where it would not be those bits; y is then overwritten by the         \
+     * caller. NULL entry: never. */                                                                              \
+    X(linear_bias_bf16, (const uint16_t *x, const uint16_t *w, const float *b, float *y, int64_t M, int64_t N,      \
+                         int64_t K, bool *done))                                                                   \
     /* y[r, :] += b for r < rows (the linear layer's bias, in place). */                                           \
     X(bias_add, (float *y, const float *b, int64_t rows, int64_t cols))                                            \
     /* ---- optimizers (core/optim.c; maths in core/optim.h) -------------------------------------                 \

@@ -10,6 +10,11 @@
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
+/* Output bytes from which an autocast linear with a bias runs the device's row blocks (linear_bias_bf16): twice the
+ * blocks' 2 MiB (the [2048, 768] projection, 6 MB, saved its bias pass over memory; a 2 MB output's bias pass runs
+ * in cache anyway). */
+#define FL_LINEAR_BIAS_BLOCKS_MIN (4.0 * 1024 * 1024)
+
 /* y2[N,out] = x2[N,in] · Wᵀ  (W [out,in] seen as a column-major [in,out]) */
 static fl_status gemm_fprop(fl_tensor **y2, const fl_tensor *x2, const fl_tensor *w, fl_dtype cdt, fl_dtype odt) {
     fl_tensor *wt = NULL;
@@ -111,8 +116,24 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     /* A bf16/fp16 result with a bias of its dtype: the GEMM's fp32 sums take the bias before the one rounding
      * (torch's addmm; rounding the product first and then the sum was up to 2 ulps off, 2026-12-05) */
     bool round_after = b && (odt == FL_BF16 || odt == FL_F16) && b->dtype == odt;
-    if (st == FL_OK) st = gemm_fprop(&y2, xc, wc, cdt, round_after ? FL_F32 : odt);
-    if (st == FL_OK && b) st = add_bias(&y2, b);
+    /* bf16 operands, an fp32 result and bias past the caches' size: the device's blocks take the bias while in cache
+     * (linear_bias_bf16; the bits of the GEMM then add_bias) */
+    const fl_device *dev = fl_device_get(x->device);
+    bool fused = false;
+    if (st == FL_OK && b && cdt == FL_BF16 && odt == FL_F32 && b->dtype == FL_F32 && fl_tensor_is_contiguous(b) &&
+        dev && dev->linear_bias_bf16 && fl_tensor_is_contiguous(xc) && fl_tensor_is_contiguous(wc) &&
+        (double)x2s[0] * (double)w->shape[0] * 4.0 >= FL_LINEAR_BIAS_BLOCKS_MIN && w->shape[1] > 0) {
+        FL_PROF_SCOPE("matmul"); FL_PROF_SHAPES(xc, wc);
+        FL_PROF_FLOPS(2.0 * (double)x2s[0] * (double)w->shape[0] * (double)w->shape[1]);
+        const int64_t s2[2] = { x2s[0], w->shape[0] };
+        st = fl_tensor_empty(&y2, FL_F32, 2, s2, x->device);
+        if (st == FL_OK)
+            st = dev->linear_bias_bf16(fl_tensor_data(xc), fl_tensor_data(wc), fl_tensor_data(b), fl_tensor_data(y2),
+                                       x2s[0], w->shape[0], w->shape[1], &fused);
+        if (st == FL_OK && !fused) { fl_tensor_release(y2); y2 = NULL; }
+    }
+    if (st == FL_OK && !fused) st = gemm_fprop(&y2, xc, wc, cdt, round_after ? FL_F32 : odt);
+    if (st == FL_OK && b && !fused) st = add_bias(&y2, b);
     if (st == FL_OK && round_after) {
         fl_tensor *r = NULL;
         st = fl_tensor_to(&r, y2, odt);
@@ -142,6 +163,63 @@ fl_status fl_linear(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, con
     fl_tensor_release(xc);
     fl_tensor_release(wc);
     fl_tensor_release(y2);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+/* relu(linear(x, w, b)) rounded once to bf16 under a bf16 autocast, recording nothing: the device's one pass
+ * (linear_relu_bf16) where it gives the composite's bits, else the composite (fl_linear, fl_relu, the cast). */
+fl_status fl_linear_relu_bf16(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b) {
+    *out = NULL;
+    const fl_tensor *ts[3] = { x, w, b };
+    FL_TRY(fl_linear_check("linear_relu", x, w, b, "dequantize it first (FP8 GEMMs go through the FP8 linear)"));
+    if (x->device != w->device || (b && b->device != w->device))
+        return FL_ERR(FL_EINVAL, "linear_relu: input, weight and bias must be on one device (%s, %s%s%s)",
+                      fl_device_name(x->device), fl_device_name(w->device), b ? ", " : "", b ? fl_device_name(b->device) : "");
+    if (fl_autocast_dtype() != FL_BF16)
+        return FL_ERR(FL_EINVAL, "linear_relu: the rounded form runs under a bf16 autocast, got autocast %s",
+                      fl_format(fl_autocast_dtype())->name);
+    if (fl_any_requires_grad(3, ts))
+        return FL_ERR(FL_EINVAL, "linear_relu: the rounded form records no gradient; an input requires grad (use "
+                      "linear, then relu)");
+    const fl_device *dev = fl_device_get(x->device);
+    int64_t x2s[2] = { 1, w->shape[1] };
+    for (int d = 0; d < x->ndim - 1; d++) x2s[0] *= x->shape[d];
+    const int64_t M = x2s[0], N = w->shape[0], K = w->shape[1];
+    int64_t ys[FL_MAX_DIMS];
+    memcpy(ys, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    ys[x->ndim - 1] = N;
+    fl_tensor *x2 = NULL, *xc = NULL, *wc = NULL, *y2 = NULL, *r = NULL;
+    fl_status st = FL_OK;
+    bool done = false;
+    /* the one pass: fl_linear's operands (x and the fp32 weight rounded to bf16, an fp32 bias) */
+    if (dev && dev->linear_relu_bf16 && (x->dtype == FL_F32 || x->dtype == FL_BF16) && w->dtype == FL_F32 &&
+        (!b || (b->dtype == FL_F32 && fl_tensor_is_contiguous(b))) && M > 0 && N > 0 && K > 0) {
+        FL_PROF_SCOPE("linear_relu"); FL_PROF_SHAPES(x, w, b);
+        FL_PROF_FLOPS(2.0 * (double)M * (double)N * (double)K);
+        st = fl_tensor_reshape(&x2, x, 2, x2s);
+        if (st == FL_OK) st = x2->dtype == FL_BF16 && fl_tensor_is_contiguous(x2) ? (xc = fl_tensor_retain(x2), FL_OK)
+                                                                                  : fl_tensor_to(&xc, x2, FL_BF16);
+        if (st == FL_OK) st = fl_tensor_to(&wc, w, FL_BF16);
+        const int64_t s2[2] = { M, N };
+        if (st == FL_OK) st = fl_tensor_empty(&y2, FL_BF16, 2, s2, x->device);
+        if (st == FL_OK)
+            st = dev->linear_relu_bf16(fl_tensor_data(xc), fl_tensor_data(wc), b ? fl_tensor_data(b) : NULL,
+                                       fl_tensor_data(y2), M, N, K, &done);
+        if (st == FL_OK && done) st = fl_tensor_view(out, y2, x->ndim, ys);
+    }
+    if (st == FL_OK && !done) {   /* the composite */
+        fl_tensor *lin = NULL;
+        st = fl_linear(&lin, x, w, b);
+        if (st == FL_OK) st = fl_relu(&r, lin);
+        if (st == FL_OK) st = fl_tensor_to(out, r, FL_BF16);
+        fl_tensor_release(lin);
+    }
+    fl_tensor_release(x2);
+    fl_tensor_release(xc);
+    fl_tensor_release(wc);
+    fl_tensor_release(y2);
+    fl_tensor_release(r);
     if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }

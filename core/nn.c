@@ -372,6 +372,45 @@ fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w,
     return st;
 }
 
+/* layer_norm(x + r) with no node, the sum never in memory where the device can (add_layernorm_fwd: x and r fp32 of
+ * one shape); else the composite, fl_binary's add then fl_layer_norm. */
+fl_status fl_add_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *r, const fl_tensor *w,
+                            const fl_tensor *b, double eps) {
+    char a[200], c[200];
+    *out = NULL;
+    const fl_tensor *ins[4] = { x, r, w, b };
+    if (fl_any_requires_grad(4, ins))
+        return FL_ERR(FL_EINVAL, "add_layer_norm: records no gradient; an input requires grad (use add, then layer_norm)");
+    if (!fl_shape_equal(x->ndim, x->shape, r->ndim, r->shape))
+        return FL_ERR(FL_EINVAL, "add_layer_norm: x %s and r %s must have one shape", SHAPE(a, x), SHAPE(c, r));
+    const fl_device *dev;
+    FL_TRY(ln_check(x, w, b, eps, &dev));
+    FL_TRY(same_device("add_layer_norm", 2, (const fl_tensor *[]){ x, r }));
+    const int64_t cols = last_dim(x), rows = cols ? fl_tensor_numel(x) / cols : 0;
+    if (dev->add_layernorm_fwd && x->dtype == FL_F32 && r->dtype == FL_F32 && fl_tensor_is_contiguous(x) &&
+        fl_tensor_is_contiguous(r) && rows > 0 && cols > 0) {
+        FL_PROF_SCOPE("add_layer_norm"); FL_PROF_SHAPES(x, r, w, b);
+        fl_tensor *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL;
+        fl_status st = FL_OK;
+        if (w) st = f32c(&wc, w, "layer_norm", "weight");
+        if (st == FL_OK && b) st = f32c(&bc, b, "layer_norm", "bias");
+        if (st == FL_OK) st = new_vec(&mean, x, rows, false);
+        if (st == FL_OK) st = new_vec(&rstd, x, rows, false);
+        if (st == FL_OK) st = new_like(out, x, false);
+        if (st == FL_OK)
+            st = dev->add_layernorm_fwd(F(x), F(r), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd), rows,
+                                        cols, (float)eps);
+        fl_tensor_release(wc); fl_tensor_release(bc); fl_tensor_release(mean); fl_tensor_release(rstd);
+        if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+        return st;
+    }
+    fl_tensor *s = NULL;
+    fl_status st = fl_binary(&s, FL_OP_ADD, x, r);
+    if (st == FL_OK) st = fl_layer_norm(out, s, w, b, eps);
+    fl_tensor_release(s);
+    return st;
+}
+
 /* ---- group and batch norms ---------------------------------------------------------------- */
 
 /* x [N, C, ...] as [N, C, P]: its N, C and P. */
@@ -758,6 +797,12 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
     /* The packed layout where the device reads it in place; else copies into [B, H, T, D] and back, through the
      * fused kernels where the device has them (no att then: the node keeps their statistics in its place). */
     bool packed = false, fused = false;
+    /* no backward to come: the CPU device keeps no probabilities (att and stats NULL, as fl_sdpa's; the same bits) */
+    const bool keep = fl_any_requires_grad(1, &qkv) || dev != fl_cpu_device();
+    if (st == FL_OK && dev->sdpa_qkv_fwd && !keep && !sdpa_fuses(dev, bf16, B, H, T)) {
+        st = dev->sdpa_qkv_fwd(F(x), F(*out), NULL, NULL, B, H, T, D, (float)scale, causal, bf16, &packed);
+        if (st == FL_OK && packed) goto done;
+    }
     if (st == FL_OK && dev->sdpa_qkv_fwd) {
         /* the fused maths where sdpa_fuses says so: att then holds the rows' statistics, [B, H, T, 2] */
         const bool flash = sdpa_fuses(dev, bf16, B, H, T);
@@ -782,6 +827,7 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
         if (st == FL_OK) st = heads_view(&ov, *out, -1, H);
         if (st == FL_OK) st = fl_tensor_copy_(ov, o);
     }
+done:
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, "SdpaBackward", sdpa_qkv_bwd, 1, (const fl_tensor *[]){ qkv });

@@ -15,6 +15,11 @@ fl_status fl_linear_check(const char *who, const fl_tensor *x, const fl_tensor *
                           const char *fp8_hint);
 
 fl_status fl_relu(fl_tensor **out, const fl_tensor *x);
+/* relu(fl_linear(x, w, b)) rounded once to bf16, under a bf16 autocast and with nothing requiring grad (FL_EINVAL
+ * otherwise; no node): the input a bf16-autocast feed-forward block's second linear takes, with the bits of the
+ * composite. One pass over the GEMM's fp32 sums where the device has linear_relu_bf16 (x fp32 or bf16, w and b
+ * fp32), the composite elsewhere. */
+fl_status fl_linear_relu_bf16(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b);
 /* approx: 0 exact (erf), 1 tanh */
 fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx);
 /* x·sigmoid(x), one node (its backward from the input) */
@@ -33,6 +38,11 @@ fl_status fl_cross_entropy(fl_tensor **out, const fl_tensor *logits, const fl_te
 fl_status fl_mse_loss(fl_tensor **out, const fl_tensor *x, const fl_tensor *y);
 /* Over the last dim; w, b [last dim] or NULL. */
 fl_status fl_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, double eps);
+/* fl_layer_norm(x + r) recording nothing (FL_EINVAL where an input requires grad): a residual block's norm in
+ * inference, with the sum never in memory where the device has add_layernorm_fwd (x, r fp32 contiguous of one
+ * shape); the bits of the add, then layer_norm. */
+fl_status fl_add_layer_norm(fl_tensor **out, const fl_tensor *x, const fl_tensor *r, const fl_tensor *w,
+                            const fl_tensor *b, double eps);
 /* LayerNorm(x) cast per tensor to FP8 fmt in LayerNorm's pass (the device's layernorm_quantize), with the host scale
  * or, where scale is NULL, current scaling (margin, pow2): *q that cast (its statistics in qstats, scale_inv 1/the
  * scale), *y LayerNorm's output as a header without storage

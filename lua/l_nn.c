@@ -25,6 +25,16 @@ static int l_linear(lua_State *L) {
     return 1;
 }
 
+/* linear_relu_bf16(x, w [, b]): relu(linear(x, w, b)) rounded once to bf16, under a bf16 autocast with nothing
+ * requiring grad (a TransformerEncoderLayer's feed-forward block in inference) */
+static int l_linear_relu_bf16(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2), *b = opt_tensor(L, 3);
+    no_extra(L, 4, "linear_relu_bf16");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_linear_relu_bf16(slot, x, w, b));
+    return 1;
+}
+
 static int l_relu(lua_State *L) {
     fl_tensor *x = fl_lchecktensor(L, 1);
     no_extra(L, 2, "relu");
@@ -137,6 +147,17 @@ static int l_layer_norm(lua_State *L) {
     no_extra(L, 5, "layer_norm");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_layer_norm(slot, x, w, b, eps));
+    return 1;
+}
+
+/* _add_layer_norm(x, r, w|nil, b|nil, eps): layer_norm(x + r) recording nothing (a residual block's norm in
+ * inference; fl_add_layer_norm) */
+static int l_add_layer_norm(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *r = fl_lchecktensor(L, 2), *w = opt_tensor(L, 3), *b = opt_tensor(L, 4);
+    const double eps = luaL_checknumber(L, 5);
+    no_extra(L, 6, "_add_layer_norm");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_add_layer_norm(slot, x, r, w, b, eps));
     return 1;
 }
 
@@ -420,9 +441,9 @@ static int l_matmul_wide(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"linear", l_linear}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16}, {"gelu", l_gelu}, {"softmax", l_softmax},
+    {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
-    {"layer_norm", l_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
+    {"layer_norm", l_layer_norm}, {"_add_layer_norm", l_add_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"_channel_norm", l_channel_norm}, {"_batch_norm_eval", l_batch_norm_eval}, {"_embedding_bag", l_embedding_bag},
     {"scaled_dot_product_attention", l_sdpa},
     {"qkv_attention", l_sdpa_qkv},

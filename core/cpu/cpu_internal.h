@@ -91,6 +91,12 @@ fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const 
  * (2.6 on a CPU without AVX-512). */
 fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,
                            bool ta, const uint16_t *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
+/* linear_relu_bf16's AVX512_BF16 epilogue (cpu_linear_act.c); tests clear it to run the portable one */
+extern _Atomic bool fl_cpu_linear_act_wide_allowed;
+/* c[m, n] (fp32, row stride n) = a[m, k] · b[n, k]ᵀ, row-major bf16 operands, by the primitive fl_cpu_dev_matmul runs
+ * for that linear (the same bits); *ran = false, nothing written, where fl_cpu_dev_matmul would take another path. */
+fl_status fl_cpu_matmul_bf16_nt(const uint16_t *a, const uint16_t *b, float *c, int64_t m, int64_t n, int64_t k,
+                                bool *ran);
 /* The bytes of a contiguous CPU FP8 tensor decoded exactly into a new contiguous bf16 tensor (scale not
  * applied); cpu_fp8_gemm.c. */
 fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q);

@@ -355,6 +355,19 @@ fl_status fl_cpu_dev_matmul(fl_tensor *dst, const fl_tensor *a, const fl_tensor 
     return st;
 }
 
+/* c[m, n] (fp32, row stride n) = a[m, k] · b[n, k]ᵀ of row-major bf16 operands (a linear layer's x and W), through
+ * the primitive fl_cpu_dev_matmul runs for that dense bf16 linear of m rows: its key, so its sums, bit for bit.
+ * *ran = false, nothing written, where fl_cpu_dev_matmul would take another path (matmul_locked's order): the CPU's
+ * own FMA family where it comes first, or no oneDNN kernel (amx_k_tail's K; a CPU without AVX-512). */
+fl_status fl_cpu_matmul_bf16_nt(const uint16_t *a, const uint16_t *b, float *c, int64_t m, int64_t n, int64_t k,
+                                bool *ran) {
+    *ran = false;
+    if (m <= 0 || n <= 0 || k <= 0 || (fl_cpu_avx512() && fl_cpu_fma_mm_first())) return FL_OK;
+    FL_TRY(fl_check_interrupt());
+    const mm_key key = mm_dense_key(1, 1, m, n, k, dnnl_bf16, dnnl_bf16, dnnl_f32, 0, 1);
+    return mm_run(&key, a, b, c, NULL, NULL, ran);
+}
+
 /* dst[M, N] (fp32, contiguous) = (a[M, K] · b[K, N]) · scale (+ bias[N]) in one oneDNN call: 16-bit or
  * fp32 operands, each row- or column-major. Sets *done = false, touching nothing, when oneDNN has no JIT
  * kernel for the fused form; the caller then runs the GEMM and its own epilogue pass. */

@@ -86,6 +86,10 @@ fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int
  * Backward: dx, and dw/db accumulated (+=) when non-NULL. */
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps);
+/* fl_cpu_layernorm_fwd of x + r (the fp32 add's sums) without the sum in memory; scratch: 2·cols floats per OpenMP
+ * thread (omp_get_max_threads()). */
+void fl_cpu_add_layernorm_fwd(const float *x, const float *r, const float *w, const float *b, float *y, float *mean,
+                              float *rstd, int64_t rows, int64_t cols, float eps, float *scratch);
 /* LayerNorm's y cast per tensor to fmt as it is made, y never in memory: with *scale, or where scale is NULL with
  * current scaling (margin, pow2: y's amax in a pass of its own first); *used: the scale the cast took. */
 fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float *b, uint8_t *q, float *mean, float *rstd,

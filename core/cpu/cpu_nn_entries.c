@@ -3,6 +3,7 @@
 #include "cpu_internal.h"
 #include "cpu_nn.h"
 #include "cpu_nn_internal.h"
+#include <omp.h>
 #include <stdlib.h>
 
 fl_status fl_cpu_dev_act_fwd(fl_act kind, const float *x, float *y, int64_t n) {
@@ -53,6 +54,16 @@ fl_status fl_cpu_dev_mse_fwd(const float *x, const float *y, int64_t n, double *
 fl_status fl_cpu_dev_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
     #pragma omp parallel for simd schedule(static) if (parallel: n > FL_NN_PAR_MIN)
     for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]);
+    return FL_OK;
+}
+fl_status fl_cpu_dev_add_layernorm_fwd(const float *x, const float *r, const float *w, const float *b, float *y,
+                                       float *mean, float *rstd, int64_t rows, int64_t cols, float eps) {
+    /* two rows of the sum per thread (the kernel's scratch) */
+    float *s = aligned_alloc(64, ((size_t)omp_get_max_threads() * (size_t)(2 * cols) * sizeof(float) + 63) / 64 * 64);
+    if (!s) return FL_ERR(FL_ENOMEM, "layer_norm: out of memory for %d rows of %lld", 2 * omp_get_max_threads(),
+                          (long long)cols);
+    fl_cpu_add_layernorm_fwd(x, r, w, b, y, mean, rstd, rows, cols, eps, s);
+    free(s);
     return FL_OK;
 }
 fl_status fl_cpu_dev_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
@@ -160,9 +171,19 @@ fl_status fl_cpu_dev_sdpa_qkv_fwd(const float *qkv, float *out, float *att, floa
                                   int64_t D, float scale, bool causal, bool bf16, bool *done) {
     fl_attn_layout in, ol;
     const int64_t C = H * D;
-    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) && (att || stats_direct(bf16));
+    /* att and stats NULL (no backward will run): fp32 keeps each tile's P in the thread's buffer, bf16 the statistics
+     * in a temporary (fl_cpu_dev_sdpa_fwd's forms without att: the same bits) */
+    const bool none = !att && !stats;
+    *done = qkv_direct(bf16, B, H, T, D, &in, &ol) && (att || (!bf16 && none) || stats_direct(bf16));
     if (!*done) return FL_OK;
-    if (!att)
+    if (none && !bf16)
+        *done = fl_cpu_attn_f32_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, NULL, B, H, T, D, scale, causal) == FL_OK;
+    else if (none) {
+        float *st = malloc((size_t)(B * H * T * 2) * sizeof(float));
+        *done = st && fl_cpu_attn_bf16_stats_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, st, B, H, T, D, scale,
+                                                    causal) == FL_OK;
+        free(st);
+    } else if (!att)
         *done = fl_cpu_attn_bf16_stats_fwd_at(qkv, qkv + C, qkv + 2 * C, in, out, ol, stats, B, H, T, D, scale, causal) == FL_OK;
     else
         *done = (bf16 ? fl_cpu_attn_bf16_fwd_at : fl_cpu_attn_f32_fwd_at)(qkv, qkv + C, qkv + 2 * C, in, out, ol, att, B, H,

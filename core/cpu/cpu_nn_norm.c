@@ -3,6 +3,7 @@
  * fixed chunks of rows combined in chunk order, the embedding's are split by columns, each summed over its
  * positions in order: every result is independent of the thread count. */
 #include "cpu_nn_internal.h"
+#include <omp.h>
 #include "cpu_internal.h"
 #include "format.h"
 #include "scale_rule.h"
@@ -146,6 +147,28 @@ void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float 
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
     for (int64_t pi = 0; pi < (rows + 1) / 2; pi++)
         ln_task(x, w, b, y + 2 * pi * cols, mean, rstd, rows, cols, eps, wide, pi);
+}
+
+/* fl_cpu_layernorm_fwd of x + r (their fp32 sums, the add's rounding) with the sum never in memory: each task's two
+ * rows summed into the thread's part of `scratch` (2·cols floats a thread, in L1), then ln_task on them (each row's
+ * bits do not depend on the row it is paired with: ln_rows2 gives ln_row's). */
+void fl_cpu_add_layernorm_fwd(const float *x, const float *r, const float *w, const float *b, float *y, float *mean,
+                              float *rstd, int64_t rows, int64_t cols, float eps, float *scratch) {
+    const bool wide = fl_cpu_avx512();
+    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    {
+        float *s = scratch + (size_t)omp_get_thread_num() * (size_t)(2 * cols);
+        #pragma omp for schedule(static)
+        for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
+            const int64_t r0 = 2 * pi, n = (rows - r0 < 2 ? rows - r0 : 2) * cols;
+            const float *xa = x + r0 * cols, *ra = r + r0 * cols;
+            #pragma omp simd
+            for (int64_t j = 0; j < n; j++) s[j] = xa[j] + ra[j];
+            /* ln_task on the pair as rows 0 and 1 of s, its statistics at r0 */
+            if (n == 2 * cols) ln_rows2(s, s + cols, w, b, y + r0 * cols, y + (r0 + 1) * cols, mean + r0, rstd + r0, cols, eps, wide);
+            else ln_row(s, w, b, y + r0 * cols, mean + r0, rstd + r0, cols, eps);
+        }
+    }
 }
 
 /* ln_task's rows of y from the mean and rstd it stored (its ln_apply, the same bits): the second pass of

@@ -44,3 +44,28 @@ TEST(sdpa_fwd_without_probabilities_same_bits) {
     }
     fl_cpu_attn_fma512_allowed = fl_cpu_attn_f32_allowed = fl_cpu_sdpa_gemm_allowed = true;
 }
+
+/* The packed entry (qkv [B, T, 3·H·D], as F.qkv_attention calls it) with att and stats both NULL (no backward: what
+ * core/nn.c asks under no_grad) against the same entry keeping P, fp32 and bf16, causal or not. */
+TEST(sdpa_qkv_fwd_without_probabilities_same_bits) {
+    const int64_t shapes[][4] = { { 2, 3, 128, 32 }, { 1, 2, 37, 16 }, { 2, 4, 130, 8 } };
+    for (int s = 0; s < 3; s++) {
+        const int64_t B = shapes[s][0], H = shapes[s][1], T = shapes[s][2], D = shapes[s][3], C = H * D;
+        float *qkv = malloc(sizeof(float) * B * T * 3 * C), *o1 = malloc(sizeof(float) * B * T * C);
+        float *o2 = malloc(sizeof(float) * B * T * C), *att = malloc(sizeof(float) * B * H * T * T);
+        for (int64_t i = 0; i < B * T * 3 * C; i++) qkv[i] = na_rand();
+        for (int causal = 0; causal < 2; causal++)
+            for (int bf = 0; bf < 2; bf++) {
+                bool d1 = false, d2 = false;
+                const float scale = 1.0f / sqrtf((float)D);
+                CHECK_OK(fl_cpu_dev_sdpa_qkv_fwd(qkv, o1, att, NULL, B, H, T, D, scale, causal, bf, &d1));
+                CHECK_OK(fl_cpu_dev_sdpa_qkv_fwd(qkv, o2, NULL, NULL, B, H, T, D, scale, causal, bf, &d2));
+                CHECK(d1 == d2, "[%lld, %lld, %lld, %lld]: taken with P %d, without %d", (long long)B, (long long)H,
+                      (long long)T, (long long)D, d1, d2);
+                if (d1 && d2)
+                    CHECK(!memcmp(o1, o2, sizeof(float) * B * T * C), "[%lld, %lld, %lld, %lld] causal %d bf16 %d: "
+                          "without P the output differs", (long long)B, (long long)H, (long long)T, (long long)D, causal, bf);
+            }
+        free(qkv); free(o1); free(o2); free(att);
+    }
+}

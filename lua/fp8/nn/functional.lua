@@ -103,6 +103,19 @@ end
 -- silu(x) = x·sigmoid(x) (torch's SiLU, the Swish of SwiGLU MLPs): one fp32 kernel and one node (the core's silu;
 -- a bf16/fp16 input computed in fp32 and rounded once, keeping its dtype, as torch's); sigmoid and tanh as
 -- torch.nn.functional's.
+-- _linear_relu_bf16(x, w [, b]) → relu(linear(x, w, b)) rounded once to bf16 (internal): under a bf16 autocast with
+-- nothing requiring grad, in one pass over the GEMM's fp32 sums where the device can (the composite's bits); the
+-- feed-forward block's first half that TransformerEncoderLayer hands its second linear, which rounds to bf16 anyway
+function F._linear_relu_bf16(x, w, b)
+  return (at_caller(pcall(core().linear_relu_bf16, x, w, b)))
+end
+
+-- _add_layer_norm(x, r, w, b, eps) → layer_norm(x + r, w, b, eps) recording nothing (internal): the sum never in memory
+-- where the device can (x, r fp32 of one shape), the bits of the add then the norm; a residual block's norm in inference
+function F._add_layer_norm(x, r, w, b, eps)
+  return (at_caller(pcall(core()._add_layer_norm, x, r, w, b, eps)))
+end
+
 function F.silu(x, ...)
   no_more("silu", "(input) (no inplace)", ...)
   check_tensor("silu", "input", x)

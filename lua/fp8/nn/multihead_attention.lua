@@ -187,13 +187,24 @@ function MHA:forward(query, key, value, opts, ...)
     m = m:reshape { B, 1, 1, S }
     mask = mask == nil and m or mask + m
   end
+  local p = self.training and self.dropout or 0
+  -- batch_first self-attention with nothing but the heads to split, no gradient recorded: the packed projection
+  -- [N, L, 3E] read in place by the attention (F.qkv_attention) and its [N, L, E] result projected as it is, where
+  -- the path below transposes to [L, N, E] and back and copies the heads out and in (the same bits: each row's
+  -- products and each head's attention are the same operations on the same values; docs/performance.md,
+  -- "TransformerEncoderLayer under bf16 autocast")
+  local w, b = self.in_proj_weight, self.in_proj_bias
+  if batched and self.batch_first and self._qkv_same_embed_dim and rawequal(query, key) and rawequal(key, value)
+     and mask == nil and not need_weights and p == 0 and self.bias_k == nil and not self.add_zero_attn
+     and not (fp8.is_grad_enabled() and (query:requires_grad() or w:requires_grad() or (b ~= nil and b:requires_grad())))
+  then
+    return self.out_proj(F.qkv_attention(F.linear(query, w, b), H)), nil
+  end
   -- the input projections: one GEMM for self-attention's packed weight, else the weight's rows per input
   local qp, kp, vp
-  local b = self.in_proj_bias
   local bq, bk, bv
   if b ~= nil then bq, bk, bv = b:narrow(1, 1, E), b:narrow(1, E + 1, E), b:narrow(1, 2 * E + 1, E) end
   if self._qkv_same_embed_dim then
-    local w = self.in_proj_weight
     if rawequal(query, key) and rawequal(key, value) then
       qp, kp, vp = F.linear(q, w, b):chunk(3, -1)
     else
@@ -221,7 +232,6 @@ function MHA:forward(query, key, value, opts, ...)
     extra = extra + 1
   end
   mask = pad_keys(mask, extra)
-  local p = self.training and self.dropout or 0
   local out, weights
   if need_weights then
     -- torch's written-out path: q scaled first, the probabilities kept (and returned)

@@ -14,6 +14,7 @@ local Dropout = require "fp8.nn.dropout"
 local F = require "fp8.nn.functional"
 local MHA = require "fp8.nn.multihead_attention"
 local ModuleList = require "fp8.nn.module_list"
+local core = require "fp8.core"
 
 local M = {}
 
@@ -127,6 +128,38 @@ function M._act(self, x)
 end
 Layer._act = M._act
 
+-- The feed-forward block's first half, dropout(relu(linear1(x))), as linear2 takes it under a bf16 autocast where
+-- nothing records a gradient: rounded once to bf16 in one op (F._linear_relu_bf16, the same bits as linear2's own
+-- rounding of the fp32 result; docs/performance.md, "TransformerEncoderLayer under bf16 autocast"). nil where that
+-- does not hold, or a hook, the profiler's module ranges or a replaced linear1 or dropout must see each call.
+local function ff_relu_bf16(self, x)
+  local l1 = self.linear1
+  if self.activation ~= "relu" or Module._call_hook ~= nil or core.autocast_dtype() ~= "bf16"
+     or not Module.runs_forward_of(l1, "Linear") or not Dropout.is_identity(self.dropout)
+     or x:dim() < 1 or x:size(-1) ~= l1.in_features then
+    return nil
+  end
+  local w, b = l1.weight, l1.bias
+  if core.is_grad_enabled() and (x:requires_grad() or w:requires_grad() or (b ~= nil and b:requires_grad())) then
+    return nil
+  end
+  return F._linear_relu_bf16(x, w, b)
+end
+
+-- norm(x + r) for a LayerNorm `norm`: one op (F._add_layer_norm, the sum never in memory; the same bits) where nothing
+-- records a gradient, x and r are fp32 of one shape and norm runs LayerNorm's forward unobserved; else the two
+local function add_norm(norm, x, r)
+  if Module._call_hook == nil and Module.runs_forward_of(norm, "LayerNorm") and x:dtype() == "fp32"
+     and r:dtype() == "fp32" and x:dim() >= 1 and x:size(-1) == norm.normalized_shape and x:shape_str() == r:shape_str() then
+    local w, b = norm.weight, norm.bias
+    if not core.is_grad_enabled() or not (x:requires_grad() or r:requires_grad() or (w ~= nil and w:requires_grad())
+                                          or (b ~= nil and b:requires_grad())) then
+      return F._add_layer_norm(x, r, w, b, norm.eps)
+    end
+  end
+  return norm(x + r)
+end
+
 -- layer(src [, {src_mask=, src_key_padding_mask=, is_causal=false}]): src [S, N, E] ([N, S, E] with batch_first,
 -- [S, E] unbatched); the masks are MultiheadAttention's attn_mask and key_padding_mask (added to the scores)
 function Layer:forward(src, opts, ...)
@@ -136,14 +169,18 @@ function Layer:forward(src, opts, ...)
   local attn_opts = { attn_mask = opts.src_mask, key_padding_mask = opts.src_key_padding_mask, need_weights = false,
                       is_causal = opts.is_causal }
   local function sa(x) return self.dropout1((self.self_attn(x, x, x, attn_opts))) end
-  local function ff(x) return self.dropout2(self.linear2(self.dropout(self:_act(self.linear1(x))))) end
+  local function ff(x)
+    local h = ff_relu_bf16(self, x)
+    if h == nil then h = self.dropout(self:_act(self.linear1(x))) end
+    return self.dropout2(self.linear2(h))
+  end
   local x = src
   if self.norm_first then
     x = x + sa(self.norm1(x))
     return x + ff(self.norm2(x))
   end
-  x = self.norm1(x + sa(x))
-  return self.norm2(x + ff(x))
+  x = add_norm(self.norm1, x, sa(x))
+  return add_norm(self.norm2, x, ff(x))
 end
 
 function Layer:extra_repr()
