@@ -1,10 +1,11 @@
 /* cpu_linear_act.c — a linear layer's GEMM, bias, ReLU and bf16 rounding in one pass over its fp32 sums (device.h's
- * linear_relu_bf16), and its GEMM and bias alone a block of rows at a time (linear_bias_bf16): what a bf16-autocast feed-forward block's first linear gives its second, which would round the
- * fp32 result to bf16 anyway. The composite wrote [M, N] fp32 sums to memory, added the bias in place, wrote the ReLU's
+ * linear_relu_bf16), and its GEMM and bias alone (linear_bias_bf16): what a bf16-autocast feed-forward block's first
+ * linear gives its second, which would round the fp32 result to bf16 anyway. The composite wrote [M, N] fp32 sums to memory, added the bias in place, wrote the ReLU's
  * fp32 copy and a bf16 copy of that: four passes over 16-32 MB at the TransformerEncoderLayer's size. Here the GEMM runs
- * a block of rows at a time into a buffer that stays in L2 (the same oneDNN primitive per row count as the composite's
- * GEMM, whose sums do not depend on the rows' count or place), and each block's sums take the bias, the ReLU and the
- * rounding there, so only the bf16 result goes to memory. Each step is the composite's operation on the same values. */
+ * into a buffer (the composite's GEMM call: the same M, N, K and layout, so the same sums), and its rows take the bias, the
+ * ReLU and the rounding a row at a time while the row is in cache, so only the bf16 result is written back. Each step
+ * is the composite's operation on the same values. (The loop over blocks of rows stays for a GEMM whose sums do not
+ * depend on M; block_rows says why it is one block here.) */
 #include "cpu_internal.h"
 #include "cpu_nn_internal.h"
 #include "format.h"
@@ -50,15 +51,15 @@ FL_BF16_X86_TARGET static void row_avx512(float *row, const float *b, uint16_t *
 }
 #endif
 
-/* Rows per block: about 2 MiB of fp32 sums, a core's L2 on the Xeon timed (a multiple of 16 rows, the GEMM's tile
- * height; at least 16). At [2048, 256] x [256, 2048] with bias and ReLU, CPU time one thread: 3.25-3.40 ms; 1 MiB
- * blocks 3.45, 512 KiB 3.6-3.9, 256 KiB 4.8 (oneDNN's cost per call and per short M), 4 MiB 3.5-3.6, one block of
- * all rows (16 MB of sums through memory) 3.7-3.8. */
+/* Rows per block: all of them, one GEMM call of the composite's M. Blocks of about 2 MiB of sums (a core's L2) were
+ * 10% faster on the layer ([2048, 256] x [256, 2048] with bias and ReLU, CPU time one thread: 3.25-3.40 ms against
+ * 3.7-3.8 for one block; the composite 5.4-7.8), but oneDNN's bf16 GEMM does not add in one order whatever M is: on
+ * AMX, with K >= 1024, a primitive for 512 rows gave other sums for those rows than one for 520 (a stop 93 review:
+ * 252,634 of 524,288 sums of [520, 2048] x [2048, 1024] differed, and an encoder's no_grad forward differed from its
+ * training-mode forward), so a block boundary would move bits that the composite's single call fixes. */
 static int64_t block_rows(int64_t M, int64_t N) {
-    int64_t r = (int64_t)(2048 * 1024 / 4) / (N > 0 ? N : 1);
-    r = r / 16 * 16;
-    if (r < 16) r = 16;
-    return r < M ? r : M;
+    (void)N;
+    return M;
 }
 
 fl_status fl_cpu_dev_linear_relu_bf16(const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y, int64_t M,

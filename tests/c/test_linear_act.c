@@ -88,12 +88,14 @@ static void check_case(int *fl__failed, int64_t M, int64_t N, int64_t K, bool bi
 }
 
 TEST(linear_relu_bf16_same_bits_as_composite) {
-    /* M across 128-row blocks (N 2048) with a tail, one block, one row; K one tile, past 64, a long one; N odd */
-    const int64_t shapes[][3] = { { 300, 2048, 256 }, { 37, 40, 64 }, { 1, 33, 96 }, { 130, 96, 2080 }, { 16, 16, 32 } };
+    /* M past 128 rows (N 2048) with a tail, one row; K one tile, past 64, a long one; N odd; and [520, 2048] x
+     * [2048, 1024]ᵀ, where 512-row blocks gave other sums than the composite's one call on AMX (stop 93's review) */
+    const int64_t shapes[][3] = { { 300, 2048, 256 }, { 37, 40, 64 }, { 1, 33, 96 }, { 130, 96, 2080 }, { 16, 16, 32 },
+                                  { 520, 1024, 2048 } };
     const bool fused_expected = fl_cpu_avx512() && !fl_cpu_fma_mm_first();
     for (int wide = 1; wide >= 0; wide--) {
         fl_cpu_linear_act_wide_allowed = wide;
-        for (int s = 0; s < 5; s++)
+        for (int s = 0; s < 6; s++)
             for (int v = 0; v < 4; v++) {
                 bool ran = false;
                 check_case(fl__failed, shapes[s][0], shapes[s][1], shapes[s][2], v != 1, v == 2, v == 3, &ran);
@@ -126,9 +128,9 @@ TEST(linear_relu_bf16_refuses_grad_and_other_autocast) {
  * linear_bias_bf16) against the GEMM of the rounded operands then the bias added, bit for bit; the entry itself runs
  * where the bf16 GEMMs are oneDNN's. */
 TEST(linear_bias_bf16_blocks_same_bits_as_gemm_then_bias) {
-    const int64_t shapes[][3] = { { 2048, 768, 256 }, { 1100, 1000, 72 } };
+    const int64_t shapes[][3] = { { 2048, 768, 256 }, { 1100, 1000, 72 }, { 1040, 1024, 2048 } };
     const bool fused_expected = fl_cpu_avx512() && !fl_cpu_fma_mm_first();
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         const int64_t xs[2] = { M, K }, ws[2] = { N, K }, bs[1] = { N };
         float *xv = malloc(sizeof(float) * (size_t)(M * K)), *wv = malloc(sizeof(float) * (size_t)(N * K));

@@ -120,6 +120,28 @@ describe("TransformerEncoderLayer in inference", function()
     assert.are.equal(0, de, "an active dropout takes the composition")
   end)
 
+  it("leaves it to a linear2 that a hook observes or another module replaces (it would see a bf16 input)", function()
+    -- (stop 93's review: a pre-hook on linear2 saw bf16 under no_grad and fp32 when a gradient was recorded)
+    local layer = nn.TransformerEncoderLayer(32, 2, { batch_first = true, dim_feedforward = 48, dropout = 0 })
+    layer:eval()
+    local x = fp8.randn { 2, 5, 32 }
+    local seen = {}
+    local h = layer.linear2:register_forward_pre_hook(function(_, args) seen[#seen + 1] = args[1]:dtype() end)
+    local _, n = counting("_linear_relu_bf16", function()
+      return fp8.no_grad(function() return fp8.amp.autocast("bf16", function() return layer(x) end) end)
+    end)
+    h:remove()
+    assert.are.equal(0, n)
+    assert.are.same({ "fp32" }, seen)
+    layer.linear2 = nn.Sequential(nn.LayerNorm(48), nn.Linear(48, 32))
+    local y0 = fp8.amp.autocast("bf16", function() return layer(x) end)
+    local y1, n2 = counting("_linear_relu_bf16", function()
+      return fp8.no_grad(function() return fp8.amp.autocast("bf16", function() return layer(x) end) end)
+    end)
+    assert.are.equal(0, n2)
+    same_bits("replaced linear2", y1, y0:detach())
+  end)
+
   it("F._linear_relu_bf16 refuses what it does not do, naming it", function()
     local x, w = fp8.randn { 4, 8 }, fp8.randn { 3, 8 }
     assert.has_error(function() F._linear_relu_bf16(x, w) end,

@@ -131,11 +131,14 @@ Layer._act = M._act
 -- The feed-forward block's first half, dropout(relu(linear1(x))), as linear2 takes it under a bf16 autocast where
 -- nothing records a gradient: rounded once to bf16 in one op (F._linear_relu_bf16, the same bits as linear2's own
 -- rounding of the fp32 result; docs/performance.md, "TransformerEncoderLayer under bf16 autocast"). nil where that
--- does not hold, or a hook, the profiler's module ranges or a replaced linear1 or dropout must see each call.
+-- does not hold, or a hook, the profiler's module ranges or a replaced linear1, dropout or linear2 must see each call
+-- (linear2 takes a bf16 tensor where it would have taken fp32: a plain Linear of fp32 weights rounds it so itself; a
+-- hook on it or another module there saw the bf16 input, a stop 93 review).
 local function ff_relu_bf16(self, x)
-  local l1 = self.linear1
+  local l1, l2 = self.linear1, self.linear2
   if self.activation ~= "relu" or Module._call_hook ~= nil or core.autocast_dtype() ~= "bf16"
      or not Module.runs_forward_of(l1, "Linear") or not Dropout.is_identity(self.dropout)
+     or not Module.runs_forward_of(l2, "Linear") or l2.weight:dtype() ~= "fp32"
      or x:dim() < 1 or x:size(-1) ~= l1.in_features then
     return nil
   end
