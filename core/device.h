@@ -204,9 +204,9 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(linear_relu_bf16, (const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y, int64_t M, int64_t N,   \
                          int64_t K, bool *done))                                                                   \
     /* y[M, N] (fp32) = x[M, K]·w[N, K]ᵀ + b[N] of bf16 x and w: the bits of the device's bf16 matmul with an fp32   \
-     * result, then bias_add, with each block of rows taking its bias while in cache (fl_linear under a bf16          \
-     * autocast, large outputs). *done = false where it would not be those bits; y is then overwritten by the         \
-     * caller. NULL entry: never. */                                                                              \
+     * result, then bias_add, the bias added into the GEMM's result in place (fl_linear under a bf16 autocast, large  \
+     * outputs; the CPU's blocks of rows went: stop 93). *done = false where it would not be those bits; y is then    \
+     * overwritten by the caller. NULL entry: never. */                                                           \
     X(linear_bias_bf16, (const uint16_t *x, const uint16_t *w, const float *b, float *y, int64_t M, int64_t N,      \
                          int64_t K, bool *done))                                                                   \
     /* y[r, :] += b for r < rows (the linear layer's bias, in place). */                                           \

@@ -10,9 +10,9 @@
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
-/* Output bytes from which an autocast linear with a bias runs the device's row blocks (linear_bias_bf16): twice the
- * blocks' 2 MiB (the [2048, 768] projection, 6 MB, saved its bias pass over memory; a 2 MB output's bias pass runs
- * in cache anyway). */
+/* Output bytes from which an autocast linear with a bias asks the device for its GEMM and bias in one call
+ * (linear_bias_bf16: on the CPU the bias added in place, no second result tensor; it ran blocks of rows of 2 MiB,
+ * which moved bits on AMX: core/cpu/cpu_linear_act.c). */
 #define FL_LINEAR_BIAS_BLOCKS_MIN (4.0 * 1024 * 1024)
 
 /* y2[N,out] = x2[N,in] · Wᵀ  (W [out,in] seen as a column-major [in,out]) */

@@ -92,8 +92,8 @@ fl_status fl_cpu_dev_linear_relu_bf16(const uint16_t *x, const uint16_t *w, cons
     return st;
 }
 
-/* y[M, N] (fp32) = x·wᵀ + b a block of rows at a time, each block's sums taking the bias while they are in L2: the bits
- * of the bf16 GEMM then bias_add (device.h's linear_bias_bf16). */
+/* y[M, N] (fp32) = x·wᵀ + b, the bias added into the GEMM's result in place (block_rows: one block): the bits of the
+ * bf16 GEMM then bias_add (device.h's linear_bias_bf16). */
 fl_status fl_cpu_dev_linear_bias_bf16(const uint16_t *x, const uint16_t *w, const float *b, float *y, int64_t M,
                                       int64_t N, int64_t K, bool *done) {
     *done = false;
