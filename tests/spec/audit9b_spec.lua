@@ -143,6 +143,29 @@ describe("a model converted by hand and trained by its own optimizer", function(
     assert.equal(before, meta:state().input.updates)
   end)
 
+  it("te: a state_dict taken between a step and the next forward has that step's update (a resume keeps it)", function()
+    -- (stop 93's review: the update waited for the next forward, so a state saved before it lacked it)
+    local function run(resume_after)
+      fp8.manual_seed(3)
+      local lin = fp8.recipes.linear_to_fp8(fp8.nn.Linear(16, 16), { backend = "te" })
+      local opt = fp8.optim.SGD(lin:parameters(), { lr = 0.1 })
+      fp8.manual_seed(4)
+      for step = 1, 4 do
+        fp8.fp8_autocast(function() lin(fp8.randn { 8, 16 }):sum():backward() end)
+        opt:step()
+        opt:zero_grad()
+        if step == resume_after then lin:load_state_dict(lin:state_dict()) end
+      end
+      fp8.fp8_autocast(function() lin(fp8.randn { 8, 16 }) end)
+      return lin.fp8_meta:state()
+    end
+    local straight, resumed = run(nil), run(2)
+    assert.equal(straight.input.updates, resumed.input.updates)
+    assert.equal(4, resumed.input.updates)
+    assert.equal(straight.weight.scale, resumed.weight.scale)
+    assert.equal(straight.input.scale, resumed.input.scale)
+  end)
+
   it("msamp: the warm-up ends after 16 steps, as under the Accelerator", function()
     local model, opt, fwd_bwd = hand_model({ backend = "msamp" })
     local meta = model[2].fp8_meta

@@ -147,7 +147,12 @@ function FP8Linear:_move_extra(device)
   self.fp8_meta:drop_cache()
 end
 
-function FP8Linear:_before_state_dict() self.fp8_state = state.pack(self.fp8_meta:state()) end
+-- (a step's update that the next forward would make is made first, so a state saved between an optimizer step and
+-- that forward has it, as the Accelerator's would: a resume from it had lost one update; see catch_up below)
+function FP8Linear:_before_state_dict()
+  FP8Linear._catch_up(self)
+  self.fp8_state = state.pack(self.fp8_meta:state())
+end
 -- After Module:load_state_dict wrote sd's tensors (sd and this layer's key prefix given): the recipe state goes
 -- back into fp8_meta, and MS-AMP O3's E4M3 weight, which the forward reads, is re-derived from the weight when sd
 -- gave the weight without it (strict=false, a plain model's file): else the forward ran on the old weight's bytes
@@ -272,6 +277,8 @@ local function catch_up(self)
   end
   last_seen[self] = { w, v, syncs }
 end
+-- for _before_state_dict: only after a recording forward has seen the weight (nothing is pending before one)
+function FP8Linear._catch_up(self) if last_seen[self] then catch_up(self) end end
 -- whether this call's amaxes go into the histories (then the update a step without one missed is made first)
 local function records(self)
   local rec = self.training ~= false and core.is_grad_enabled()
