@@ -101,6 +101,12 @@ fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t);
  * its part of the output's (with more than FL_NODE_MAX_INPUTS inputs needing gradients, the parts are
  * joined in groups, one copy more per level of the tree). */
 fl_status fl_cat(fl_tensor **out, int n, const fl_tensor *const *ts, int dim);
+/* flip.c: a CPU tensor's dims whose bits are set in dims (bit d: dim d, 0-based) reversed, a copy in its dtype (not
+ * FP8); differentiable (the gradient flipped back). */
+fl_status fl_flip(fl_tensor **out, const fl_tensor *a, uint32_t dims);
+/* triangle.c: tril (lower) or triu of a CPU tensor of >= 2 dims: each matrix's places with column − row ≤ k (lower)
+ * or ≥ k kept, the others +0, in its dtype (not FP8); differentiable (the same triangle of the gradient). */
+fl_status fl_triangle(fl_tensor **out, const fl_tensor *a, int64_t k, bool lower);
 fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt);   /* fp32/bf16/fp16; gradient flows back as fp32 */
 /* t on another device (fl_tensor_to_device); the gradient flows back to t's device. */
 fl_status fl_to_device(fl_tensor **out, const fl_tensor *t, int device);

@@ -1141,6 +1141,26 @@ static int m_cumsum(lua_State *L) {
     return 1;
 }
 
+/* _flip(mask) / _triangle(k, lower): the CPU kernels of Tensor.flip and tril/triu (core/flip.c, core/triangle.c);
+ * lua/fp8 checks the arguments and takes the composite on other devices. mask: bit d for dim d + 1. */
+static int m_flip_raw(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, "_flip", "(mask)");
+    lua_Integer mask = fl_lcheckint(L, 2, "_flip", "mask", 0, ((lua_Integer)1 << FL_MAX_DIMS) - 1);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_flip(slot, t, (uint32_t)mask));
+    return 1;
+}
+static int m_triangle_raw(lua_State *L) {
+    fl_tensor *t = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 3, "_triangle", "(k, lower)");
+    lua_Integer k = fl_lcheckint(L, 2, "_triangle", "k", LUA_MININTEGER, LUA_MAXINTEGER);
+    luaL_checktype(L, 3, LUA_TBOOLEAN);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_triangle(slot, t, (int64_t)k, lua_toboolean(L, 3)));
+    return 1;
+}
+
 static int m_max(lua_State *L) { return reduce_with_index(L, FL_OP_MAX); }
 static int m_min(lua_State *L) { return reduce_with_index(L, FL_OP_MIN); }
 /* A read FP8 tensor's counters are not known: its amax, underflow and saturated counts raise, naming why. */
@@ -1383,7 +1403,7 @@ static const luaL_Reg methods[] = {
     {"tan", m_tan}, {"asin", m_asin}, {"acos", m_acos}, {"atan", m_atan}, {"sinh", m_sinh}, {"cosh", m_cosh},
     {"log2", m_log2}, {"log10", m_log10}, {"exp2", m_exp2},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
-    {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum},
+    {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum}, {"_flip", m_flip_raw}, {"_triangle", m_triangle_raw},
     {"gather", m_gather}, {"scatter", m_scatter}, {"scatter_add", m_scatter_add}, {"_index_select", m_index_select},
     {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", l_matmul},

@@ -57,8 +57,16 @@ end)
 Tensor.flip = at_caller(function(t, dims, ...)
   no_more("flip", "(dims)", ...)
   self_of("flip", t)
+  local ds = dims_of("flip", dims, t:dim())
+  local dt = t:dtype()
+  if t:device() == "cpu" and dt ~= "e4m3" and dt ~= "e5m2" then
+    -- one pass, a row at a time (core/flip.c); the index_select per dim below was 10× torch's
+    local mask = 0
+    for _, d in ipairs(ds) do mask = mask | (1 << (d - 1)) end
+    return t:_flip(mask)
+  end
   local r = t
-  for _, d in ipairs(dims_of("flip", dims, t:dim())) do
+  for _, d in ipairs(ds) do
     local n = t:size(d)
     opts.exact_positions("flip", n - 1, ("the indices along dim %d"):format(d), 2)
     if n > 1 then r = r:index_select(d, core.arange(n - 1, -1, -1)) end

@@ -151,3 +151,57 @@ describe("argmax, argmin and max/min along a dim", function()
     end
   end)
 end)
+
+describe("flip, tril and triu in one pass on the CPU", function()
+  local function walk(shape, f)   -- f(i, j, k) over a 3-d shape, 1-based
+    for i = 1, shape[1] do for j = 1, shape[2] do for k = 1, shape[3] do f(i, j, k) end end end
+  end
+  it("flip reverses each listed dim, bits and all, in every dtype and layout, and flips the gradient back", function()
+    fp8.manual_seed(11)
+    local base = fp8.randn { 3, 4, 5 }
+    base = base:masked_fill(base:gt(1.2), nan)
+    for _, dt in ipairs { "fp32", "bf16", "fp16" } do
+      for _, src in ipairs { base:to(dt), base:to(dt):transpose(1, 3):contiguous():transpose(1, 3) } do
+        local v = src:totable()
+        for _, dims in ipairs { { 1 }, { 2 }, { 3 }, { 1, 3 }, { 2, 3 }, { 1, 2, 3 }, { -1 } } do
+          local flipped = {}
+          for _, d in ipairs(dims) do flipped[d < 0 and d + 4 or d] = true end
+          local got = src:flip(dims):totable()
+          walk({ 3, 4, 5 }, function(i, j, k)
+            local a = flipped[1] and 4 - i or i
+            local b = flipped[2] and 5 - j or j
+            local c = flipped[3] and 6 - k or k
+            assert.is_true(bits_equal(got[i][j][k], v[a][b][c]), ("%s flip{%s} at %d,%d,%d"):format(dt,
+              table.concat(dims, ","), i, j, k))
+          end)
+        end
+      end
+    end
+    local g = fp8.randn { 3, 4 }:requires_grad_()
+    local w = fp8.randn { 3, 4 }
+    local y = g:flip { 1, 2 } * w
+    y:sum():backward()
+    assert.are.same(w:flip { 1, 2 }:totable(), g.grad:totable())
+  end)
+  it("tril and triu keep one side of diagonal k and put +0 elsewhere (NaN included), and mask the gradient", function()
+    fp8.manual_seed(12)
+    local base = fp8.randn { 2, 4, 5 }
+    base = base:masked_fill(base:gt(1.0), nan):masked_fill(base:lt(-1.2), -0.0)
+    for _, dt in ipairs { "fp32", "bf16" } do
+      local x = base:to(dt)
+      local v = x:totable()
+      for _, k in ipairs { 0, 1, -1, 4, -4, 9, -9, math.maxinteger, math.mininteger } do
+        local lo, up = x:tril(k):totable(), x:triu(k):totable()
+        walk({ 2, 4, 5 }, function(b, i, j)
+          local keep_lo = (j - 1) - (i - 1) <= k
+          local keep_up = (j - 1) - (i - 1) >= k
+          assert.is_true(bits_equal(lo[b][i][j], keep_lo and v[b][i][j] or 0.0), ("%s tril(%d) %d,%d,%d"):format(dt, k, b, i, j))
+          assert.is_true(bits_equal(up[b][i][j], keep_up and v[b][i][j] or 0.0), ("%s triu(%d) %d,%d,%d"):format(dt, k, b, i, j))
+        end)
+      end
+    end
+    local g = fp8.randn { 3, 4 }:requires_grad_()
+    g:tril(1):sum():backward()
+    assert.are.same({ { 1, 1, 0, 0 }, { 1, 1, 1, 0 }, { 1, 1, 1, 1 } }, g.grad:totable())
+  end)
+end)
