@@ -205,3 +205,25 @@ describe("flip, tril and triu in one pass on the CPU", function()
     assert.are.same({ { 1, 1, 0, 0 }, { 1, 1, 1, 0 }, { 1, 1, 1, 1 } }, g.grad:totable())
   end)
 end)
+
+describe("cumsum along an outer dim", function()
+  it("is each column's running sum in double rounded once, past a block of 512 columns too, and its gradient", function()
+    fp8.manual_seed(13)
+    for _, c in ipairs { { { 2, 5, 700 }, 2 }, { { 6, 3 }, 1 }, { { 4, 2, 3 }, 1 } } do
+      local shape, d = c[1], c[2]
+      local x = fp8.randn(shape)
+      local got = x:cumsum(d):movedim(d, #shape):contiguous():reshape { -1, shape[d] }:totable()
+      local v = x:movedim(d, #shape):contiguous():reshape { -1, shape[d] }:totable()
+      for l = 1, #v do
+        local acc = 0
+        for s = 1, shape[d] do
+          acc = acc + v[l][s]
+          assert.are.equal(f32(acc), got[l][s], ("%s along %d, line %d, place %d"):format(table.concat(shape, "x"), d, l, s))
+        end
+      end
+    end
+    local g = fp8.randn { 3, 4 }:requires_grad_()
+    g:cumsum(1):sum():backward()
+    assert.are.same({ { 3, 3, 3, 3 }, { 2, 2, 2, 2 }, { 1, 1, 1, 1 } }, g.grad:totable())
+  end)
+end)
