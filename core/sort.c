@@ -56,6 +56,37 @@ static void select_first(keyed *row, int64_t n, int64_t k, keyed_cmp cmp) {
     }
 }
 
+/* A full line in cmp's order without comparisons (qsort's calls were 2× torch's sort): an LSD radix sort, stable,
+ * of 32-bit keys that order as the values do: NaN above every number (below, descending), -0 equal to +0, so equal
+ * values keep their positions' order, which is cmp's tie rule: the same result as qsort with cmp. Four passes of 8
+ * bits; a pass whose byte is the same in every key is skipped. tmp: n more places; key, key2: n keys each. */
+static uint32_t sort_key(float v, bool descending) {
+    uint32_t u;
+    if (v != v) u = 0xFFFFFFFFu;
+    else {
+        if (v == 0.0f) v = 0.0f;   /* -0 as +0 */
+        memcpy(&u, &v, 4);
+        u = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+    }
+    return descending ? ~u : u;
+}
+static void radix_line(keyed *row, keyed *tmp, uint32_t *key, uint32_t *key2, int64_t n, bool descending) {
+    for (int64_t i = 0; i < n; i++) key[i] = sort_key(row[i].v, descending);
+    for (int shift = 0; shift < 32; shift += 8) {
+        int64_t count[257] = { 0 };
+        for (int64_t i = 0; i < n; i++) count[((key[i] >> shift) & 0xFF) + 1]++;
+        if (count[((key[0] >> shift) & 0xFF) + 1] == n) continue;   /* one byte value throughout: no move */
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t at = count[(key[i] >> shift) & 0xFF]++;
+            tmp[at] = row[i];
+            key2[at] = key[i];
+        }
+        memcpy(row, tmp, sizeof *row * (size_t)n);
+        memcpy(key, key2, sizeof *key * (size_t)n);
+    }
+}
+
 fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, int dim, bool descending, int64_t k,
                   const char *name) {
     char sa[200];
@@ -84,11 +115,15 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
         shape[i] = i == dim ? k : a->shape[i];
     }
     fl_tensor *h = NULL, *v = NULL, *ix = NULL;
-    keyed *row = NULL;
+    keyed *row = NULL, *tmp = NULL;
+    uint32_t *key = NULL;
+    const bool radix = k == size && size >= 64;   /* (below 64 values qsort is as quick) */
     fl_status st = fl_host_f32_read(&h, a);
     if (st == FL_OK) st = fl_tensor_empty(&v, FL_F32, a->ndim, shape, FL_DEV_CPU);
     if (st == FL_OK) st = fl_tensor_empty(&ix, FL_F32, a->ndim, shape, FL_DEV_CPU);
-    if (st == FL_OK && !(row = malloc(sizeof *row * (size_t)(size > 0 ? size : 1))))
+    const size_t line = (size_t)(size > 0 ? size : 1);
+    if (st == FL_OK && (!(row = malloc(sizeof *row * line)) ||
+                        (radix && (!(tmp = malloc(sizeof *tmp * line)) || !(key = malloc(sizeof *key * 2 * line))))))
         st = FL_ERR(FL_ENOMEM, "%s: out of memory for a line of %lld values", name, (long long)size);
     if (st == FL_OK) {
         const float *x = fl_tensor_data(h);
@@ -97,8 +132,11 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
             for (int64_t j = 0; j < inner; j++) {
                 for (int64_t s = 0; s < size; s++) row[s] = (keyed){ x[(o * size + s) * inner + j], s };
                 const keyed_cmp cmp = descending ? cmp_desc : cmp_asc;
-                if (k < size && k > 0) select_first(row, size, k, cmp);   /* topk: the k first, then their order */
-                if (k > 0) qsort(row, (size_t)k, sizeof *row, cmp);
+                if (radix) radix_line(row, tmp, key, key + size, size, descending);
+                else {
+                    if (k < size && k > 0) select_first(row, size, k, cmp);   /* topk: the k first, then their order */
+                    if (k > 0) qsort(row, (size_t)k, sizeof *row, cmp);
+                }
                 for (int64_t r = 0; r < k; r++) {
                     vv[(o * k + r) * inner + j] = row[r].v;
                     iv[(o * k + r) * inner + j] = (float)row[r].i;
@@ -106,6 +144,8 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
             }
     }
     free(row);
+    free(tmp);
+    free(key);
     fl_tensor_release(h);
     /* the values in a's dtype (an exact conversion back: each is one of a's), the indices fp32, on a's device */
     if (st == FL_OK) st = fl_host_result(values, v, a->dtype, a->device), v = NULL;
