@@ -227,3 +227,32 @@ describe("cumsum along an outer dim", function()
     assert.are.same({ { 3, 3, 3, 3 }, { 2, 2, 2, 2 }, { 1, 1, 1, 1 } }, g.grad:totable())
   end)
 end)
+
+describe("sort of a whole line by its keys' bits", function()
+  it("orders as torch (NaN largest, -0 = +0, ties by position) both ways, past 64 values", function()
+    local pool = { 0.0, -0.0, 1.0, -1.0, nan, math.huge, -math.huge, 2.5, -2.5, 1e-40, -1e-40, 3.4e38 }
+    for _, n in ipairs { 64, 65, 300 } do
+      local v = {}
+      for i = 1, n do v[i] = pool[(i * 7) % #pool + 1] end
+      local x = fp8.tensor(v)
+      local xv = x:totable()
+      for _, desc in ipairs { false, true } do
+        local order = {}
+        for i = 1, n do order[i] = i end
+        table.sort(order, function(a, b)   -- a total order: value (NaN largest, -0 = +0), then position
+          local va, vb = xv[a], xv[b]
+          local na, nb = va ~= va, vb ~= vb
+          if na ~= nb then if desc then return na else return nb end end
+          if not na and va ~= vb then if desc then return va > vb else return va < vb end end
+          return a < b
+        end)
+        local vals, idx = x:sort(1, desc)
+        local gv, gi = vals:totable(), idx:totable()
+        for r = 1, n do
+          assert.are.equal(order[r] - 1, gi[r], ("n %d desc %s place %d"):format(n, tostring(desc), r))
+          assert.is_true(bits_equal(gv[r], xv[order[r]]))
+        end
+      end
+    end
+  end)
+end)
