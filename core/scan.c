@@ -18,7 +18,7 @@ static fl_status scan(fl_tensor **out, const fl_tensor *a, int dim, bool reverse
     fl_tensor *c = NULL, *r = NULL;
     fl_status st = fl_host_f32_read(&c, a);
     if (st == FL_OK) st = fl_tensor_empty(&r, FL_F32, a->ndim, a->shape, FL_DEV_CPU);
-    if (st == FL_OK) {
+    if (st == FL_OK && fl_tensor_numel(r) > 0) {   /* (an empty tensor of 2^62 columns walked its blocks) */
         const float *x = fl_tensor_data(c);
         float *y = fl_tensor_data(r);
         if (inner == 1) {
@@ -43,7 +43,9 @@ static fl_status scan(fl_tensor **out, const fl_tensor *a, int dim, bool reverse
                         const int64_t at = (o * size + (reverse ? size - 1 - s : s)) * inner + j0;
                         #pragma omp simd
                         for (int64_t j = 0; j < w; j++) {
-                            acc[j] += x[at + j];
+                            /* (the running sum's NaN kept, as the scalar loop's addition keeps it: a vectorised
+                             * add may return x's NaN instead) */
+                            acc[j] = acc[j] != acc[j] ? acc[j] : acc[j] + x[at + j];
                             y[at + j] = (float)acc[j];
                         }
                     }

@@ -125,7 +125,7 @@ fl_status fl_sort(fl_tensor **values, fl_tensor **indices, const fl_tensor *a, i
     if (st == FL_OK && (!(row = malloc(sizeof *row * line)) ||
                         (radix && (!(tmp = malloc(sizeof *tmp * line)) || !(key = malloc(sizeof *key * 2 * line))))))
         st = FL_ERR(FL_ENOMEM, "%s: out of memory for a line of %lld values", name, (long long)size);
-    if (st == FL_OK) {
+    if (st == FL_OK && size > 0 && fl_tensor_numel(a) > 0) {   /* (an empty line of 2^62 columns walked each) */
         const float *x = fl_tensor_data(h);
         float *vv = fl_tensor_data(v), *iv = fl_tensor_data(ix);
         for (int64_t o = 0; o < outer; o++)

@@ -1,6 +1,7 @@
 /* triangle.c — torch's tril and triu on a CPU tensor: each matrix of the last two dims with the places on one side of
- * diagonal k kept and the others +0 (the bits of fp8.where(keep, x, 0): a NaN outside the triangle is 0 too), in the
- * input's dtype, a row at a time (a copy of the kept run, zeros for the rest). Differentiable: the gradient is the
+ * diagonal k kept and the others +0 (a NaN outside the triangle is 0 too), in the input's dtype, a row at a time (a
+ * copy of the kept run, zeros for the rest): fp8.where(keep, x, 0)'s values, and the kept bits as they are (where
+ * quieted a signalling NaN, as torch's tril does not; its gradient turned a kept -0 into +0). Differentiable: the gradient is the
  * same triangle of the output's. (It was masks of two aranges and a where: four passes, 7× torch's tril.) Other
  * devices keep that composite (lua/fp8/tensor.lua). */
 #include "ops.h"

@@ -256,3 +256,16 @@ describe("sort of a whole line by its keys' bits", function()
     end
   end)
 end)
+
+describe("the scans and sorts on empty tensors and NaN columns (stop 93's review)", function()
+  it("return at once for an empty tensor of many columns, and keep the running sum's NaN", function()
+    assert.are.same({ 0, 1 << 62 }, fp8.zeros { 0, 1 << 62 }:cumsum(1):shape())
+    assert.are.same({ 0, 1 << 62 }, (fp8.ones { 1, 1 }:expand(0, 1 << 62):sort(1)):shape())
+    local n = 0 / 0
+    local x = fp8.tensor { { -n, 1 }, { n, 2 } }   -- the first NaN (sign bit set) carries down the column
+    local down, across = x:cumsum(1), x:t():contiguous():cumsum(2)
+    local a, b = down[2][1], across[1][2]
+    assert.is_true(a ~= a and b ~= b)
+    assert.are.equal(tostring(b), tostring(a))
+  end)
+end)
