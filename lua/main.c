@@ -289,7 +289,7 @@ static void print_usage(FILE *out) {
             "  -e CODE        run CODE (repeatable)\n"
             "  -l NAME        require library NAME into global NAME\n"
             "  -l G=NAME      require library NAME into global G\n"
-            "  -i             enter the REPL after running the script (with piped stdin too: line by line)\n"
+            "  -i             enter the REPL after the script, even after its error (piped stdin: line by line)\n"
             "  -v, --version  show version information; script errors show the full traceback\n"
             "  -h, --help     show this help\n"
             "  --             stop handling options\n"
@@ -872,9 +872,16 @@ static int pmain(lua_State *L) {
     }
     createargtable(L, argv, argc, script);
     if (!load_fp8(L)) { lua_pushinteger(L, 1); return 1; }
-    if (!runargs(L, argv, script)) { lua_pushinteger(L, 1); return 1; }
-    if (script < argc && handle_script(L, argv, argc, script) != LUA_OK) { lua_pushinteger(L, 1); return 1; }
-    if (flags & HAS_I) rc = repl(L);
+    /* an error in -e or the script ends the run; with -i it is reported and the REPL follows (as python -i), to look
+     * at what the script left (it ended there, as lua.c does; docs/cli.md said -i always gives the REPL), and the
+     * exit status stays 1 */
+    int failed = !runargs(L, argv, script);
+    if (!failed && script < argc && handle_script(L, argv, argc, script) != LUA_OK) failed = 1;
+    if (failed && !(flags & HAS_I)) { lua_pushinteger(L, 1); return 1; }
+    if (flags & HAS_I) {
+        rc = repl(L);
+        if (failed && rc == 0) rc = 1;
+    }
     else if (script == argc && !(flags & (HAS_E | HAS_V))) {
         /* as lua.c: the REPL at a terminal; piped stdin is one script (like `fp8lab -`), so a local
          * lives to the end and an error stops it with status 1. -i keeps the line-by-line REPL. */
