@@ -289,7 +289,7 @@ static void print_usage(FILE *out) {
             "  -e CODE        run CODE (repeatable)\n"
             "  -l NAME        require library NAME into global NAME\n"
             "  -l G=NAME      require library NAME into global G\n"
-            "  -i             enter the REPL after running the script (with piped stdin too: line by line)\n"
+            "  -i             enter the REPL after the script, even after its error (piped stdin: line by line)\n"
             "  -v, --version  show version information; script errors show the full traceback\n"
             "  -h, --help     show this help\n"
             "  --             stop handling options\n"
@@ -303,7 +303,7 @@ static void print_usage(FILE *out) {
             "Environment:\n"
             "  FP8LAB_LUA_DIR  load fp8 Lua modules from this directory before the embedded ones\n"
             "  FP8LAB_HISTORY  REPL history file (default ~/.fp8lab_history)\n"
-            "  FP8LAB_HISTSIZE  lines the REPL history keeps, 0..1000000 (default 1000; 0: none kept)\n"
+            "  FP8LAB_HISTSIZE  entries the REPL history keeps, 0..1000000 (default 1000; 0: none kept)\n"
             "  FP8LAB_VERBOSE  1 (or true/yes/on): script errors show the full traceback (as -v)\n",
             progname, progname);
 }
@@ -579,6 +579,44 @@ static char *read_line(const char *prompt) {
     }
 }
 
+#ifdef FL_HAVE_READLINE
+/* Whether the line at p is a history timestamp ("#" and a digit, as readline writes with history_write_timestamps). */
+static int timestamp_line(const char *p) { return p[0] == '#' && p[1] >= '0' && p[1] <= '9'; }
+
+/* Keeps the last n entries of the history file hp, each cut at its "#<time>" line. readline's history_truncate_file
+ * counts lines and cut the "#<time>" line off the first entry it kept: the file then read as one written without
+ * timestamps, so the next REPL split every statement typed on several lines into one entry a line (and rewrote the
+ * file so). A file without timestamps, or of at most n entries, is left as it is. */
+static void truncate_history_entries(const char *hp, int n) {
+    FILE *f = fopen(hp, "rb");
+    if (!f) return;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 || sb.st_size > (64 << 20)) {
+        fclose(f);
+        return;
+    }
+    size_t len = (size_t)sb.st_size;
+    char *buf = malloc(len + 1);
+    if (!buf || fread(buf, 1, len, f) != len) { free(buf); fclose(f); return; }
+    fclose(f);
+    buf[len] = '\0';
+    /* from the end: the start of the n-th "#<time>" line, kept once an (n+1)-th shows there is more */
+    size_t keep = 0, cut = 0;
+    int seen = 0;
+    for (size_t i = len; i-- > 0;) {
+        if ((i == 0 || buf[i - 1] == '\n') && timestamp_line(buf + i)) {
+            if (++seen == n) keep = i;
+            else if (seen > n) { cut = keep; break; }
+        }
+    }
+    if (cut > 0 && (f = fopen(hp, "wb")) != NULL) {
+        fwrite(buf + cut, 1, len - cut, f);
+        fclose(f);
+    }
+    free(buf);
+}
+#endif
+
 static void save_line(const char *line) {
 #ifdef FL_HAVE_READLINE
     if (!interactive || !*line || histsize == 0) return;
@@ -588,7 +626,7 @@ static void save_line(const char *line) {
     if (hp) {
         int err = append_history(1, hp);
         if (err != 0) err = write_history(hp);  /* append fails if file is new */
-        if (err == 0) history_truncate_file(hp, histsize);   /* the file keeps the last histsize lines */
+        if (err == 0) truncate_history_entries(hp, histsize);   /* the file keeps the last histsize entries */
         else if (!warned) {
             warned = 1;
             const char *env = getenv("FP8LAB_HISTORY");
@@ -620,7 +658,7 @@ static int repl_histsize(void) {
     errno = 0;
     long n = strtol(s, &end, 10);
     if (*end != '\0' || errno || n < 0 || n > 1000000 || (*s < '0' || *s > '9')) {
-        fprintf(stderr, "%s: FP8LAB_HISTSIZE: expected an integer in 0..1000000 (lines of REPL history), got \"%s\"\n",
+        fprintf(stderr, "%s: FP8LAB_HISTSIZE: expected an integer in 0..1000000 (entries of REPL history), got \"%s\"\n",
                 FL_PROGNAME, s);
         return -1;
     }
@@ -834,9 +872,16 @@ static int pmain(lua_State *L) {
     }
     createargtable(L, argv, argc, script);
     if (!load_fp8(L)) { lua_pushinteger(L, 1); return 1; }
-    if (!runargs(L, argv, script)) { lua_pushinteger(L, 1); return 1; }
-    if (script < argc && handle_script(L, argv, argc, script) != LUA_OK) { lua_pushinteger(L, 1); return 1; }
-    if (flags & HAS_I) rc = repl(L);
+    /* an error in -e or the script ends the run; with -i it is reported and the REPL follows (as python -i), to look
+     * at what the script left (it ended there, as lua.c does; docs/cli.md said -i always gives the REPL), and the
+     * exit status stays 1 */
+    int failed = !runargs(L, argv, script);
+    if (!failed && script < argc && handle_script(L, argv, argc, script) != LUA_OK) failed = 1;
+    if (failed && !(flags & HAS_I)) { lua_pushinteger(L, 1); return 1; }
+    if (flags & HAS_I) {
+        rc = repl(L);
+        if (failed && rc == 0) rc = 1;
+    }
     else if (script == argc && !(flags & (HAS_E | HAS_V))) {
         /* as lua.c: the REPL at a terminal; piped stdin is one script (like `fp8lab -`), so a local
          * lives to the end and an error stops it with status 1. -i keeps the line-by-line REPL. */

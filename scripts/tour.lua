@@ -1,5 +1,6 @@
 -- tour.lua — a guided tour of FP8 at the fp8lab prompt (`make tour` runs it).
--- Every step prints the code it runs, then its result, so you can retype it at the prompt.
+-- Every step prints the code it runs, then its result, so you can retype it at the prompt. The code has no `local`:
+-- the prompt runs each line on its own, so a local of one line is gone on the next (a retyped step failed there).
 
 require("fp8.args").parse(arg or {}, {}, { usage = "usage: fp8lab scripts/tour.lua",
   about = "A guided tour of the FP8 formats, rounding, scaling and training casts (make tour). No options." })
@@ -30,25 +31,25 @@ fp8.explain(1e-5, "e4m3")   -- below E4M3's smallest subnormal (2^-9): underflow
 
 step("5. Why scaling matters: small activations", [[
 fp8.manual_seed(0)
-local x = fp8.randn{4, 256} * 1e-3
-local raw = x:quantize("e4m3", {scale = 1})
+x = fp8.randn{4, 256} * 1e-3
+raw = x:quantize("e4m3", {scale = 1})
 print("scale 1:   underflowed", raw:underflow(), "of", x:numel())
-local q = x:quantize("e4m3")            -- scale = 448 / amax
+q = x:quantize("e4m3")            -- scale = 448 / amax
 print(q)
 print("error with amax scaling:", (q:dequantize() - x):abs():max():item())]])
 
 step("6. Per-row scaling follows each row's range", [[
-local rows = fp8.tensor{{1, 2, 3, 4}, {1000, 2000, 3000, 4000}}
-local qt = rows:quantize("e4m3")                 -- one scale for the whole tensor
-local qr = rows:quantize("e4m3", {axis = 1})     -- one scale per row
+rows = fp8.tensor{{1, 2, 3, 4}, {1000, 2000, 3000, 4000}}
+qt = rows:quantize("e4m3")                 -- one scale for the whole tensor
+qr = rows:quantize("e4m3", {axis = 1})     -- one scale per row
 print(qt:dequantize()) ; print(qr:dequantize())
 print(qr:scale())]])
 
 step("7. An FP8 GEMM is exact products + fp32 accumulation", [[
-local a, b = fp8.randn{64, 128}, fp8.randn{128, 32}
-local qa, qb = a:quantize("e4m3"), b:quantize("e4m3")
-local exact = a:matmul(b)
-local viafp8 = qa:dequantize():matmul(qb:dequantize())
+a, b = fp8.randn{64, 128}, fp8.randn{128, 32}
+qa, qb = a:quantize("e4m3"), b:quantize("e4m3")
+exact = a:matmul(b)
+viafp8 = qa:dequantize():matmul(qb:dequantize())
 print("relative error of the FP8 GEMM:", ((viafp8 - exact):abs():max() / exact:abs():max()):item())]])
 
 print("\nNext: run `build/fp8lab` for the prompt, type help() — and see docs/concepts.md.")

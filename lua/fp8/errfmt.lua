@@ -51,6 +51,13 @@ end
 -- The message does not say what the object was, so the pointer says "if it is a tensor".
 function M.hint(msg)
   if type(msg) ~= "string" then return msg end
+  -- Python's way out of its prompt: exit() and quit() are no Lua functions ("attempt to call a nil value (global
+  -- 'exit')" said nothing of how to leave)
+  local word = msg:match("attempt to call a nil value %(global '([%a_][%w_]*)'%)")
+  if (word == "exit" or word == "quit") and rawget(_G, word) == nil then
+    local first, rest = msg:match("^([^\n]*)(.*)$")
+    return first .. "\n  (Lua has no " .. word .. "(): os.exit() ends fp8lab; at the prompt, so does Ctrl-D)" .. rest
+  end
   local name = msg:match("attempt to call a nil value %(method '([%a_][%w_]*)'%)")
   local fp8 = package.loaded.fp8
   if not name or type(fp8) ~= "table" then return msg end

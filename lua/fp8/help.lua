@@ -296,12 +296,13 @@ add_all {
   { section = "REPL", name = "help", sig = "help([fn | \"name\"])",
     doc = "help() lists the sections; help(\"tensors\") one section; help(fp8.encode) or help(\"encode\") one entry;\n"
        .. "help(fp8.optim) or help(\"optim\") a module's entries, each with the names of the module it covers; an\n"
-       .. "unknown name suggests the nearest ones.\n"
+       .. "unknown name suggests the nearest ones. help(nil), which a misspelt or undefined name gives\n"
+       .. "(help(fp8.hsit)), says so rather than listing the sections.\n"
        .. "Modules add entries with require(\"fp8.help\").add{name=, sig=, doc=}." },
   { section = "REPL", name = "keys", sig = "REPL keys",
     doc = "Tab completes globals, fields after '.' and methods after ':'. Up/Down walk the history\n"
-       .. "(~/.fp8lab_history or $FP8LAB_HISTORY, its last $FP8LAB_HISTSIZE lines, default 1000).\n"
-       .. "Ctrl-C clears the line, or interrupts a running computation. Ctrl-D exits.\n"
+       .. "(~/.fp8lab_history or $FP8LAB_HISTORY, its last $FP8LAB_HISTSIZE entries, default 1000).\n"
+       .. "Ctrl-C clears the line, or interrupts a running computation. Ctrl-D (or os.exit()) exits.\n"
        .. "Expressions print their value; an unfinished statement continues on '>>' (Ctrl-C or Ctrl-D drops it)." },
 }
 
@@ -1033,8 +1034,17 @@ function M.text(x)
   return ("no help for %s (help() lists the sections)"):format(what)
 end
 
-function M.help(x, ...)
-  require("fp8.opts").no_more("help", "([fn | \"name\"])", ...)
+-- nil_text() -> what help(nil) prints: the value given was nil, which is what a misspelt or undefined name evaluates
+-- to (help(fp8.hsit) listed the sections as help() does, without a word that fp8.hsit does not exist).
+function M.nil_text()
+  return "help(nil): the value given is nil, as a misspelt or undefined name is (help(fp8.hsit));\n"
+    .. "help(\"hist\") looks a name up and suggests near ones; help() lists the sections."
+end
+
+function M.help(...)
+  local x = ...
+  require("fp8.opts").no_more("help", "([fn | \"name\"])", select(2, ...))
+  if x == nil and select("#", ...) > 0 then print(M.nil_text()) return end
   print(M.text(x))
 end
 

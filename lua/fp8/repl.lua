@@ -136,6 +136,12 @@ M.format = format
 -- print_results(...): what the REPL does with the values of an expression.
 function M.print_results(...)
   local n = select("#", ...)
+  -- `help` typed without its parentheses (Python's prompt answers that too): how to call it, not "function: 0x..."
+  if n == 1 and type(...) == "function" and rawequal(..., rawget(_G, "help")) then
+    io.stdout:write('help is a function: help() lists the sections, help("name") or help(fp8.fn) shows one entry\n')
+    io.stdout:flush()
+    return
+  end
   local out = {}
   for i = 1, n do out[i] = format((select(i, ...))) end
   io.stdout:write(table.concat(out, "\t"), "\n")

@@ -276,7 +276,7 @@ describe("REPL session", function()
     for _, v in ipairs { "abc", "-1", "1000001", "12x", " 5" } do
       local out, code = session("print(1)\n", "-i", "FP8LAB_HISTSIZE=" .. q(v) .. " ")
       assert.are.equal(2, code, v)
-      assert.are.equal('fp8lab: FP8LAB_HISTSIZE: expected an integer in 0..1000000 (lines of REPL history), got "'
+      assert.are.equal('fp8lab: FP8LAB_HISTSIZE: expected an integer in 0..1000000 (entries of REPL history), got "'
         .. v .. '"\n', out)
     end
     local out, code = session("print(1)\n", "-i", "FP8LAB_HISTSIZE=0 ")
