@@ -6,16 +6,7 @@ local fp8 = fp8 or require "fp8"
 local nn = fp8.nn
 local F = nn.F
 
--- equal values, zeros of one sign, or NaN on both sides (a NaN's payload is not compared)
-local function same_bits(name, a, b)
-  assert.are.same(b:shape(), a:shape(), name .. ": shape")
-  assert.are.equal(b:dtype(), a:dtype(), name .. ": dtype")
-  local x, y = a:to("fp32"):reshape(-1):totable(), b:to("fp32"):reshape(-1):totable()
-  for i = 1, #x do
-    local ok = (x[i] == y[i] and (x[i] ~= 0 or 1 / x[i] == 1 / y[i])) or (x[i] ~= x[i] and y[i] ~= y[i])
-    if not ok then assert.is_true(ok, ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i])) end
-  end
-end
+local same_bits = dofile("tests/spec/helpers/util.lua").same_bits
 
 -- every bf16 value once (signs, zeros, subnormals, infinities, NaNs), as a bf16 tensor [256, 256]
 local function all_bf16()

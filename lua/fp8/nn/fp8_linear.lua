@@ -275,7 +275,7 @@ local function catch_up(self)
     meta:update()
     syncs = meta:_syncs()
   end
-  last_seen[self] = { w, v, syncs }
+  if seen then seen[1], seen[2], seen[3] = w, v, syncs else last_seen[self] = { w, v, syncs } end   -- (no table a call)
 end
 -- for _before_state_dict: only after a recording forward has seen the weight (nothing is pending before one)
 function FP8Linear._catch_up(self) if last_seen[self] then catch_up(self) end end

@@ -100,4 +100,16 @@ function U.same_values(name, got, want, tol)
   end
 end
 
+-- a and b of one shape and dtype with equal values, zeros of one sign, or NaN on both sides (a NaN's payload is not
+-- compared): the check of a fused path against the composite it replaces (inference_spec, encoder_inference_spec)
+function U.same_bits(name, a, b)
+  assert.are.same(b:shape(), a:shape(), name .. ": shape")
+  assert.are.equal(b:dtype(), a:dtype(), name .. ": dtype")
+  local x, y = a:to("fp32"):reshape(-1):totable(), b:to("fp32"):reshape(-1):totable()
+  for i = 1, #x do
+    local ok = (x[i] == y[i] and (x[i] ~= 0 or 1 / x[i] == 1 / y[i])) or (x[i] ~= x[i] and y[i] ~= y[i])
+    if not ok then assert.is_true(ok, ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i])) end
+  end
+end
+
 return U
