@@ -11,6 +11,20 @@ local state = require "fp8.fp8_state"
 
 local M = {}
 
+-- The rows come back as a list whose metatable gives it a one-line text, as fp8.explain's and fp8.hist's
+-- results: at the prompt the table printed above is followed by that line, not by every field of every row
+-- (a checkpoint's rows echoed their whole amax histories, 1024 numbers a role).
+local Rows = { __name = "fp8.StatsRows" }
+function Rows.__tostring(rows)
+  local layers, seen = 0, {}
+  for _, r in ipairs(rows) do
+    if not seen[r.layer] then seen[r.layer], layers = true, layers + 1 end
+  end
+  if #rows == 0 then return "fp8.stats: no rows" end
+  return ("fp8.stats: %d rows of %d layer%s (rows[i].layer, .role, .scale, ...: help(\"stats\"))"):format(#rows, layers,
+    layers == 1 and "" or "s")
+end
+
 -- stats(model [, {quiet=true}]) → list of rows {layer, role, format, scale, amax, amax_history,
 -- underflow, saturated, nan, numel} (fractions of the last cast), printed as a table unless quiet.
 -- stats(state_dict) (a table from model:state_dict() or fp8.load_file of a checkpoint's model file):
@@ -46,7 +60,7 @@ local function saved_stats(sd, opts)
       end
     end
   end
-  return rows
+  return setmetatable(rows, Rows)
 end
 
 function M.stats(model, opts, ...)
@@ -96,7 +110,7 @@ function M.stats(model, opts, ...)
       end
     end
   end
-  return rows
+  return setmetatable(rows, Rows)
 end
 
 local add = require("fp8.help").adder("Accelerator & recipes")
@@ -105,7 +119,8 @@ add("stats", "fp8.stats(model [, {quiet=true}]) -> rows",
   .. "under ao's rowwise recipes, which make a scale per row at each cast: per_row=true, scale NaN), amax of the last\n"
   .. "cast (NaN when the cast met a NaN) and over the history, fraction of values that underflowed to zero and that\n"
   .. "saturated (rows also hold nan, the fraction of NaNs).\n"
-  .. "Printed as a table; call it after each step at the prompt to watch the scales adapt.\n"
+  .. "Printed as a table; call it after each step at the prompt to watch the scales adapt. The rows it returns\n"
+  .. "(a list of tables) echo at the prompt as one line: fp8.stats(m)[1].scale reads one.\n"
   .. "fp8.stats(fp8.load_file(\"ckpt/model.safetensors\")) shows the recipe state a checkpoint holds.")
 
 return M
