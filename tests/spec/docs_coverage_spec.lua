@@ -122,3 +122,96 @@ describe("help()", function()
     assert.are.same({}, missing)
   end)
 end)
+
+-- Every ```lua block of README.md and docs/*.md runs as written (audit 10d, stop 94: the pages' examples were run by
+-- hand only). Each block runs in a process of its own, in an empty directory (the examples write traces, checkpoints
+-- and files under relative names), after a preamble that makes the names the pages take as given: a small `model`,
+-- its `opt` (AdamW, which every recipe takes), a `loader` of eight items, a `sched`, `batches`, an input `x`, a
+-- `loss` to take a backward of, `F`, `loss_fn` and `train_step`. A block typed at the prompt (its lines begin `fp8> `) is fed to `fp8lab -i` without the prompts.
+-- Without a usable GPU a block's lines that name cuda are left out. A block left out is in SKIP, keyed by its first
+-- line, with the reason.
+describe("the ```lua blocks of README.md and docs/*.md", function()
+  local U = dofile("tests/spec/helpers/util.lua")
+  local q = U.q
+  local cwd = assert(os.getenv("PWD"))
+  local function abs(p) return p:sub(1, 1) == "/" and p or cwd .. "/" .. p end
+  local BIN = abs(FP8LAB_BIN or "build/fp8lab")
+  local lua_dir = os.getenv("FP8LAB_LUA_DIR")
+  local env = lua_dir and lua_dir ~= "" and ("FP8LAB_LUA_DIR=" .. q(abs(lua_dir)) .. " ") or ""
+  local SKIP = {
+    ["local nn, F = fp8.nn, fp8.nn.functional"] = "README's first example trains an epoch of Fashion-MNIST (the data is "
+      .. "a Debian package; minutes of CPU); lessons_spec and the demo run the same loop",
+  }
+  local PREAMBLE = [[
+F, nn = fp8.nn.functional, fp8.nn
+fp8.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 16))
+opt = fp8.optim.AdamW(model:parameters(), { lr = 1e-3 })
+local items = {}
+for i = 1, 8 do items[i] = { fp8.randn { 32 }, i % 16 } end
+loader = fp8.data.DataLoader { items, batch_size = 2 }
+sched = fp8.optim.lr_scheduler.StepLR(opt, { step_size = 2 })
+batches = {}
+for i = 1, 3 do batches[i] = { x = fp8.randn { 4, 32 }, y = fp8.tensor { 1, 2, 3, 4 } } end
+loss_fn = F.cross_entropy
+x = fp8.randn { 4, 32 }
+loss = F.cross_entropy(model(x), batches[1].y)
+function train_step(x, y)
+  local l = F.cross_entropy(model(x or batches[1].x), y or batches[1].y)
+  opt:zero_grad(); l:backward(); opt:step()
+  return l
+end
+]]
+
+  local blocks = {}
+  for _, path in ipairs { "README.md", "docs/architecture.md", "docs/checkpoints.md", "docs/cli.md",
+                          "docs/concepts.md", "docs/config.md", "docs/cuda.md", "docs/distributed.md",
+                          "docs/fp8-spec.md", "docs/lua-api.md", "docs/performance.md", "docs/recipes.md",
+                          "docs/robustness.md" } do
+    local text = U.must_read(path)
+    for pos, code in text:gmatch("()```lua\n(.-)```") do
+      local _, line = text:sub(1, pos):gsub("\n", "")
+      blocks[#blocks + 1] = { where = ("%s:%d"):format(path, line + 1), code = code,
+                              first = code:match("^%s*([^\n]-)%s*\n") }
+    end
+  end
+
+  it("are found, and each skipped one is still there", function()
+    assert.is_true(#blocks >= 12, "found only " .. #blocks)
+    for first in pairs(SKIP) do
+      local found = false
+      for _, b in ipairs(blocks) do found = found or b.first == first end
+      assert.is_true(found, "SKIP names a block no page has: " .. first)
+    end
+  end)
+
+  for _, b in ipairs(blocks) do
+    if not SKIP[b.first] then
+      it("run as written: " .. b.where, function()
+        local dir = U.tmpdir()
+        local code = b.code
+        if not fp8.cuda.is_available() then
+          code = code:gsub("[^\n]*cuda[^\n]*\n", "")
+        end
+        local prompt = code:match("^fp8> ") ~= nil
+        local args
+        if prompt then
+          -- the lines typed at the prompt, without "fp8> " (a line without it continues the statement above)
+          local typed = code:gsub("^fp8> ", ""):gsub("\nfp8> ", "\n")
+          U.write(dir .. "/in.txt", PREAMBLE:gsub("\nlocal items", "\nitems") .. typed)
+          args = "-i < in.txt"
+        else
+          U.write(dir .. "/block.lua", PREAMBLE .. code)
+          args = "block.lua < /dev/null"
+        end
+        local out, ok = U.sh(("cd %s && %s%s %s"):format(q(dir), env, q(BIN), args))
+        os.execute("rm -rf " .. q(dir))
+        assert.is_true(ok, b.where .. ":\n" .. out)
+        -- an error at the prompt is reported and the next line read: it must not be there at all
+        assert.is_nil(out:find("fp8lab: ", 1, true) and not out:find("fp8lab: notice", 1, true) and out or nil,
+          b.where .. ":\n" .. out)
+        assert.is_nil(out:find("stdin:%d+:"), b.where .. ":\n" .. out)
+      end)
+    end
+  end
+end)
