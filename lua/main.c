@@ -443,7 +443,7 @@ static void prompt_sigint(int sig) {
     prompt_interrupted = 1;
 }
 
-/* FP8LAB_HISTSIZE, read when the REPL starts (repl_histsize); the lines of history kept in memory and on file */
+/* FP8LAB_HISTSIZE, read when the REPL starts (repl_histsize); the entries of history kept in memory and on file */
 static int histsize = 1000;
 
 #ifdef FL_HAVE_READLINE
