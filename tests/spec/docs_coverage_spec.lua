@@ -255,3 +255,24 @@ describe("the fp8 names README.md and docs/*.md write in code", function()
     assert.are.same({}, missing)
   end)
 end)
+
+-- docs/cli.md names every FP8LAB_* variable fp8lab reads, but the test suite's (audit 10d, stop 94: recipes.md said
+-- docs/config.md listed them all; it lists the settings' variables, and FP8LAB_PROGRESS and FP8LAB_GNUPLOT were in no
+-- list, the first only in lua-api.md's progress bars).
+describe("docs/cli.md", function()
+  it("names every FP8LAB_* variable fp8lab reads (fp8.env's), but the test suite's", function()
+    local cli = dofile("tests/spec/helpers/util.lua").must_read("docs/cli.md")
+    local E = require "fp8.env"
+    local missing, counted = {}, 0
+    for name in pairs(E.known()) do
+      local what = E.OTHER[name] or ""
+      if not what:match("^test") then
+        counted = counted + 1
+        if not cli:find("`" .. name .. "`", 1, true) then missing[#missing + 1] = name end
+      end
+    end
+    assert.is_true(counted >= 20, "walked only " .. counted .. " names")
+    table.sort(missing)
+    assert.are.same({}, missing)
+  end)
+end)
