@@ -276,3 +276,74 @@ describe("docs/cli.md", function()
     assert.are.same({}, missing)
   end)
 end)
+
+-- The settings tables of docs/cli.md (flags), docs/config.md (keys) and docs/recipes.md (fields) give each setting's
+-- values and default as the settings table (core/settings.c, fp8.settings.list()) has them (audit 10d, stop 94: the
+-- three pages were written by hand and checked for the names only, settings_spec).
+describe("the settings tables of docs/cli.md, docs/config.md and docs/recipes.md", function()
+  local U = dofile("tests/spec/helpers/util.lua")
+  local BIG = 1000000000   -- a bound of "no limit" (core/settings.c): written "≥ min"
+  -- the cells of the table row whose first cell begins with `key` (in backticks), or nil
+  local function row(text, key)
+    for line in text:gmatch("[^\n]+") do
+      if line:sub(1, 3 + #key) == "| `" .. key and line:sub(4 + #key, 4 + #key):match("[` ]") then
+        local cells = {}
+        for c in line:sub(2):gmatch("([^|]*)|") do cells[#cells + 1] = c end
+        return cells
+      end
+    end
+  end
+  local function norm(s) return (s:gsub("[`\"'%[%]{}%s]", "")) end
+  local function word(cell, w) return cell:find("%f[%w_]" .. w:gsub("%p", "%%%0") .. "%f[^%w_]") ~= nil end
+  local function check(where, r, values, default)
+    local bad = {}
+    if r.type == "choice" then
+      for _, c in ipairs(r.choices) do if not word(values, c) then bad[#bad + 1] = "choice " .. c end end
+    elseif r.type == "int" then
+      local range = r.max >= BIG and ("≥ " .. r.min) or (r.min .. ".." .. r.max)
+      if not values:find(range, 1, true) then bad[#bad + 1] = "range " .. range end
+    elseif r.type == "bool" then
+      if not word(values, "boolean") then bad[#bad + 1] = "boolean" end
+    end
+    local d = r.default
+    local want = type(d) == "table" and table.concat((function()
+      local o = {}
+      for i, v in ipairs(d) do o[i] = tostring(v) end
+      return o
+    end)(), ",") or tostring(d)
+    -- the default cell: the value alone, or "... else <value>" where a config file or another setting comes first
+    local cell = norm(default)
+    if cell ~= want and not (norm(default:match("else ([^(]*)") or "") == want) then
+      bad[#bad + 1] = ("default %s, the page %q"):format(want, default)
+    end
+    return #bad == 0 and {} or { where .. " " .. r.name .. ": " .. table.concat(bad, "; ") }
+  end
+
+  it("agree with fp8.settings.list()", function()
+    local cli, cfg, rec = U.must_read("docs/cli.md"), U.must_read("docs/config.md"), U.must_read("docs/recipes.md")
+    local bad, counted = {}, 0
+    local function add(list) for _, b in ipairs(list) do bad[#bad + 1] = b end end
+    for _, r in ipairs(fp8.settings.list()) do
+      if not r.unsupported then
+        if r.flag then
+          local c = row(cli, "--" .. r.flag)
+          if c then counted = counted + 1; add(check("docs/cli.md", r, c[2], c[3]))
+          else bad[#bad + 1] = "docs/cli.md: no row for --" .. r.flag end
+        end
+        if r.file then
+          local key = (r.block and r.block .. "." or "") .. r.name
+          local c = row(cfg, key)
+          if c then counted = counted + 1; add(check("docs/config.md", r, c[3], c[4]))
+          else bad[#bad + 1] = "docs/config.md: no row for " .. key end
+        end
+        if r.backends or r.backend then
+          local c = row(rec, r.name)
+          if c then counted = counted + 1; add(check("docs/recipes.md", r, c[3], c[2]))
+          elseif r.type ~= "function" then bad[#bad + 1] = "docs/recipes.md: no row for " .. r.name end
+        end
+      end
+    end
+    assert.is_true(counted >= 30, "checked only " .. counted .. " rows")
+    assert.are.same({}, bad)
+  end)
+end)
