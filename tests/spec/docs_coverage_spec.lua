@@ -133,7 +133,7 @@ end)
 describe("the ```lua blocks of README.md and docs/*.md", function()
   local U = dofile("tests/spec/helpers/util.lua")
   local q = U.q
-  local cwd = assert(os.getenv("PWD"))
+  local cwd = U.sh("pwd -P"):gsub("\n$", "")   -- (not $PWD, which make -C leaves at the caller's directory)
   local function abs(p) return p:sub(1, 1) == "/" and p or cwd .. "/" .. p end
   local BIN = abs(FP8LAB_BIN or "build/fp8lab")
   local lua_dir = os.getenv("FP8LAB_LUA_DIR")
