@@ -109,18 +109,23 @@ FL_HD float fl_cu_expf(float x) {
 /* core/cpu/cpu_vmath.h's functions, operation by operation (its fmaf calls fl_ffma, every other operation
  * separately rounded), so the sigmoid, tanh, SiLU and exact GELU give the CPU's bits (tests/c/test_gpu_nn.c and
  * test_gpu_ops.c compare them on the host; read the CPU file for the maths and the coefficients' origin). */
-FL_HD float fl_cu_vm_em1_reduced(float a, float *k, int32_t *ki) {
+FL_HD float fl_cu_vm_exp_reduce(float a, float *k, int32_t *ki, float *r) {
     const float kk = fl_ffma(a, 1.44269504088896341f, 12582912.0f);
     *k = fl_fsub(kk, 12582912.0f);
     *ki = (int32_t)*k;
-    float r = fl_ffma(*k, -0.693359375f, a);
-    r = fl_ffma(*k, 2.12194440e-4f, r);
+    float rr = fl_ffma(*k, -0.693359375f, a);
+    rr = fl_ffma(*k, 2.12194440e-4f, rr);
+    *r = rr;
     float p = 1.9875691500e-4f;
-    p = fl_ffma(p, r, 1.3981999507e-3f);
-    p = fl_ffma(p, r, 8.3334519073e-3f);
-    p = fl_ffma(p, r, 4.1665795894e-2f);
-    p = fl_ffma(p, r, 1.6666665459e-1f);
-    p = fl_ffma(p, r, 5.0000001201e-1f);
+    p = fl_ffma(p, rr, 1.3981999507e-3f);
+    p = fl_ffma(p, rr, 8.3334519073e-3f);
+    p = fl_ffma(p, rr, 4.1665795894e-2f);
+    p = fl_ffma(p, rr, 1.6666665459e-1f);
+    return fl_ffma(p, rr, 5.0000001201e-1f);
+}
+FL_HD float fl_cu_vm_em1_reduced(float a, float *k, int32_t *ki) {
+    float r;
+    const float p = fl_cu_vm_exp_reduce(a, k, ki, &r);
     return fl_ffma(p, fl_fmul(r, r), r);
 }
 FL_HD float fl_cu_vm_pow2i(int32_t ki) { return fl_u2f((uint32_t)(ki + 127) << 23); }
@@ -131,6 +136,40 @@ FL_HD float fl_cu_vm_exp_neg(float a) {
     const float y = fl_fadd(fl_cu_vm_em1_reduced(ac, &k, &ki), 1.0f);
     const int32_t k1 = ki >> 1, k2 = ki - k1;
     return a >= -104.0f ? fl_fmul(fl_fmul(y, fl_cu_vm_pow2i(k1)), fl_cu_vm_pow2i(k2)) : 0.0f;
+}
+FL_HD float fl_cu_vm_exp(float a) {
+    float ac = a >= -104.0f ? a : -104.0f;
+    ac = ac <= 89.0f ? ac : 89.0f;
+    float k, r;
+    int32_t ki;
+    const float p = fl_cu_vm_exp_reduce(ac, &k, &ki, &r);
+    const float y = fl_ffma(r, fl_ffma(p, r, 1.0f), 1.0f);
+    const int32_t k1 = ki >> 1, k2 = ki - k1;
+    const float e = fl_fmul(fl_fmul(y, fl_cu_vm_pow2i(k1)), fl_cu_vm_pow2i(k2));
+    return a != a ? a : (a >= -104.0f ? e : 0.0f);
+}
+FL_HD float fl_cu_vm_log(float x) {
+    const bool sub = x < 1.17549435e-38f;   /* 2^-126 */
+    const uint32_t u = fl_f2u(sub ? fl_fmul(x, 8388608.0f) : x);
+    const int32_t e = (int32_t)(u - 0x3F3504F3u) >> 23;
+    const float f = fl_fsub(fl_u2f(u - ((uint32_t)e << 23)), 1.0f);
+    const float ef = (float)(sub ? e - 23 : e);
+    const float z = fl_fmul(f, f);
+    float c = -7.6344296336e-02f;
+    c = fl_ffma(c, f, 1.2761549652e-01f);
+    c = fl_ffma(c, f, -1.3160194457e-01f);
+    c = fl_ffma(c, f, 1.4201761782e-01f);
+    c = fl_ffma(c, f, -1.6623356938e-01f);
+    c = fl_ffma(c, f, 2.0001226664e-01f);
+    c = fl_ffma(c, f, -2.5000822544e-01f);
+    c = fl_ffma(c, f, 3.3333331347e-01f);
+    float y = fl_ffma(fl_fmul(f, z), c, fl_fmul(ef, -2.12194440e-4f));
+    y = fl_ffma(-0.5f, fl_ffma(f, f, -z), y);
+    y = fl_ffma(-0.5f, z, y);
+    float l = fl_ffma(ef, 0.693359375f, fl_fadd(f, y));
+    l = x > 0.0f ? l : (x == 0.0f ? -INFINITY : NAN);
+    l = x == INFINITY ? x : l;
+    return x != x ? x : l;
 }
 FL_HD float fl_cu_vm_sigmoid(float x) {
     const float e = fl_cu_vm_exp_neg(-fabsf(x));

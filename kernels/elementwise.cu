@@ -4,8 +4,8 @@
  * Maths: each element is decoded to fp32 (bf16/fp16 exactly, FP8 codes without their scale, as the CPU's
  * fl_cpu_load does), combined with one separately rounded fp32 operation — a op b; a op s or s op a with
  * the double scalar first rounded to fp32 — and stored rounded to nearest even (FP8 saturating), the
- * CPU's arithmetic bit for bit. exp and log are computed in double and rounded once (glibc's expf/logf
- * are within 1 ulp of that); abs and neg clear / flip the sign bit as x86 does. Same-dtype copies move
+ * CPU's arithmetic bit for bit (exp and log too: cpu_vmath.h's fp32 code, ported operation by operation);
+ * abs and neg clear / flip the sign bit as x86 does. Same-dtype copies move
  * the bytes (FP8 codes, NaN payloads unchanged). bf16/fp16 codecs are core/format.c's (NaN included).
  * Layouts: dims are coalesced exactly as the CPU's tile walker does (size-1 dims dropped, neighbours
  * contiguous in every tensor merged). All-contiguous work is a flat grid-stride loop, 4 elements per
@@ -13,8 +13,8 @@
  * anything else (broadcast stride 0, transposed, sliced, a non-contiguous dst) is one element per
  * thread, its offsets decoded from the coalesced shape (32-bit index arithmetic when n < 2^31, 64-bit
  * offsets always). Every element is written by one thread: deterministic.
- * Tolerance: bit-exact with the CPU except NaN payloads (GPU arithmetic returns a canonical NaN) and
- * exp/log (<= 1 ulp of the result dtype); tests/c/test_gpu_ops.c. The per-element code is
+ * Tolerance: bit-exact with the CPU except NaN payloads (GPU arithmetic returns a canonical NaN);
+ * tests/c/test_gpu_ops.c. The per-element code is
  * __host__ __device__; the fl_cuda_*_host functions at the end run the same plans and loops on host
  * memory so the tests check them without a GPU. */
 #include "cuda_common.cuh"
@@ -134,8 +134,8 @@ FL_HD float ew_unop(int op, float x) {
     switch (op) {
     case FL_OP_ABS: return fl_u2f(fl_f2u(x) & 0x7fffffffu);
     case FL_OP_NEG: return fl_u2f(fl_f2u(x) ^ 0x80000000u);
-    case FL_OP_EXP: return (float)exp((double)x);
-    case FL_OP_LOG: return (float)log((double)x);
+    case FL_OP_EXP: return fl_cu_vm_exp(x);           /* cpu_vmath.h's, bit for bit */
+    case FL_OP_LOG: return fl_cu_vm_log(x);
     case FL_OP_SIGN: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
     case FL_OP_TANH: return fl_cu_vm_tanh(x);         /* cpu_vmath.h's, bit for bit */
     case FL_OP_SIGMOID: return fl_cu_vm_sigmoid(x);

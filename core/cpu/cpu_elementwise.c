@@ -10,6 +10,8 @@
  * double tanh and exp, a libm call per element: 11x slower than torch's SiLU, the LSTM's gates 3x) */
 FL_VM_MAPS(fl_vm_tanh)
 FL_VM_MAPS(fl_vm_sigmoid)
+FL_VM_MAPS(fl_vm_exp)
+FL_VM_MAPS(fl_vm_log)
 
 /* The scalar definitions of the ops that are not one IEEE operation (kernels/elementwise.cu has the same). */
 /* Written as selects, without an early return, so that `omp simd` loops vectorise them (with the return, clamp's
@@ -121,8 +123,8 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     switch (op) {
     case FL_OP_ABS: for (int64_t i = 0; i < n; i++) d[i] = fabsf(a[i]); break;
     case FL_OP_NEG: for (int64_t i = 0; i < n; i++) d[i] = -a[i]; break;
-    case FL_OP_EXP: for (int64_t i = 0; i < n; i++) d[i] = expf(a[i]); break;
-    case FL_OP_LOG: for (int64_t i = 0; i < n; i++) d[i] = logf(a[i]); break;
+    case FL_OP_EXP: map_fl_vm_exp(a, d, n, fl_cpu_avx512()); break;   /* cpu_vmath.h: < 1 ulp, as torch's */
+    case FL_OP_LOG: map_fl_vm_log(a, d, n, fl_cpu_avx512()); break;
     case FL_OP_SIGN: for (int64_t i = 0; i < n; i++) d[i] = a[i] > 0 ? 1.0f : a[i] < 0 ? -1.0f : a[i]; break;
     case FL_OP_TANH: map_fl_vm_tanh(a, d, n, fl_cpu_avx512()); break;
     case FL_OP_SIGMOID: map_fl_vm_sigmoid(a, d, n, fl_cpu_avx512()); break;

@@ -1,7 +1,7 @@
 /* cpu_vmath.h — fp32 transcendental functions written so that `omp simd` loops vectorise them (glibc's expf,
  * erff, tanh only vectorise under -ffast-math, and the double forms the elementwise ops used never do):
- * e^a for a ≤ 0, the logistic sigmoid, tanh, and the normal distribution's Φ and φ of the exact
- * GELU. Branch-free (selects the compiler turns into blends), every multiply-add an explicit fmaf (one rounding;
+ * e^a (for a ≤ 0, and over the whole range for torch's exp), ln x, the logistic sigmoid, tanh, and the normal
+ * distribution's Φ and φ of the exact GELU. Branch-free (selects the compiler turns into blends), every multiply-add an explicit fmaf (one rounding;
  * the build does not contract on its own), so an AVX2 and an AVX-512 copy of a loop give the same bits, and
  * kernels/activation.cu and kernels/elementwise.cu port them operation by operation (tests/c/test_gpu_nn.c and
  * test_gpu_ops.c compare the ports' bits on the host). Errors against the correctly rounded result, measured over
@@ -11,6 +11,7 @@
 #ifndef FL_CPU_VMATH_H
 #define FL_CPU_VMATH_H
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define FL_VM_LOG2E  1.44269504088896341f
@@ -18,23 +19,30 @@
 #define FL_VM_LN2_HI 0.693359375f       /* ln 2 = HI − LO, HI with few bits so that k·HI is exact */
 #define FL_VM_LN2_LO 2.12194440e-4f
 
-/* The exponential's reduction for a in [-104, 0]: k = round(a·log2 e) (as a float; ki the same as an integer, from
- * the shifted sum's bits, no float-to-int conversion), r = a − k·ln 2 in [-0.35, 0.35], and e^r − 1 − r as r²·p(r)
- * (p of degree 5: e^r to ~1e-7 relative). */
-static inline __attribute__((always_inline)) float fl_vm_em1_reduced(float a, float *k, int32_t *ki) {
+/* The exponential's reduction for a in [-104, 89]: k = round(a·log2 e) (as a float; ki the same as an integer, from
+ * the shifted sum's bits, no float-to-int conversion), r = a − k·ln 2 in [-0.35, 0.35], and p(r) of degree 5 with
+ * e^r = 1 + r + r²·p(r) to ~1e-9 relative. Returns p; r through the pointer. */
+static inline __attribute__((always_inline)) float fl_vm_exp_reduce(float a, float *k, int32_t *ki, float *r) {
     const float kk = fmaf(a, FL_VM_LOG2E, FL_VM_SHIFT);
     *k = kk - FL_VM_SHIFT;
     union { float f; uint32_t u; } q = { .f = kk };
     *ki = (int32_t)(q.u - 0x4B400000u);
-    float r = fmaf(*k, -FL_VM_LN2_HI, a);
-    r = fmaf(*k, FL_VM_LN2_LO, r);
+    float rr = fmaf(*k, -FL_VM_LN2_HI, a);
+    rr = fmaf(*k, FL_VM_LN2_LO, rr);
+    *r = rr;
     float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    return fmaf(p, r * r, r);   /* e^r − 1 */
+    p = fmaf(p, rr, 1.3981999507e-3f);
+    p = fmaf(p, rr, 8.3334519073e-3f);
+    p = fmaf(p, rr, 4.1665795894e-2f);
+    p = fmaf(p, rr, 1.6666665459e-1f);
+    return fmaf(p, rr, 5.0000001201e-1f);
+}
+
+/* e^r − 1 = r + r²·p(r) of the reduction above (the sigmoid's and tanh's form: no 1 added, so no cancellation). */
+static inline __attribute__((always_inline)) float fl_vm_em1_reduced(float a, float *k, int32_t *ki) {
+    float r;
+    const float p = fl_vm_exp_reduce(a, k, ki, &r);
+    return fmaf(p, r * r, r);
 }
 
 /* 2^ki for ki in [-126, 127] */
@@ -52,6 +60,52 @@ static inline __attribute__((always_inline)) float fl_vm_exp_neg(float a) {
     const float y = fl_vm_em1_reduced(ac, &k, &ki) + 1.0f;
     const int32_t k1 = ki >> 1, k2 = ki - k1;   /* each in [-75, 0] */
     return a >= -104.0f ? y * fl_vm_pow2i(k1) * fl_vm_pow2i(k2) : 0.0f;
+}
+
+/* e^a over the whole float range (torch's exp): e^r = 1 + r·(1 + r·p(r)), the outer step one fused multiply-add, so
+ * only the inner sum's rounding (scaled by |r| ≤ 0.35) and the last one remain: 0.86 ulp at worst
+ * (glibc's expf, 0.502, is a call per element that does not vectorise); then 2^k as two exact factors (subnormal
+ * results rounded once, overflow to inf at the same point as the correctly rounded result). NaN stays itself, −inf
+ * gives 0, +inf and anything above 89 inf. */
+static inline __attribute__((always_inline)) float fl_vm_exp(float a) {
+    float ac = a >= -104.0f ? a : -104.0f;   /* a NaN becomes −104 here and is restored at the end */
+    ac = ac <= 89.0f ? ac : 89.0f;
+    float k, r;
+    int32_t ki;
+    const float p = fl_vm_exp_reduce(ac, &k, &ki, &r);
+    const float y = fmaf(r, fmaf(p, r, 1.0f), 1.0f);
+    const int32_t k1 = ki >> 1, k2 = ki - k1;   /* each in [-75, 64] */
+    const float e = y * fl_vm_pow2i(k1) * fl_vm_pow2i(k2);
+    return a != a ? a : (a >= -104.0f ? e : 0.0f);
+}
+
+/* ln x (torch's log): x = 2^e·m with m in [√½, √2) (a subnormal x scaled by 2^23 first), f = m − 1 exact, and
+ * ln(1 + f) = f − f²/2 + f³·q(f), q of degree 7 (fitted for fp8lab as the others: ~0.1 ulp), e·ln 2 added last in
+ * two parts (e·HI exact). 0.83 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a
+ * negative NaN, ln(+inf) = +inf, a NaN stays itself. */
+static inline __attribute__((always_inline)) float fl_vm_log(float x) {
+    const bool sub = x < 0x1p-126f;
+    union { float f; uint32_t u; } q = { .f = sub ? x * 8388608.0f : x };
+    const int32_t e = (int32_t)(q.u - 0x3F3504F3u) >> 23;   /* 0x3F3504F3: √½'s bits */
+    union { uint32_t u; float f; } m = { .u = q.u - ((uint32_t)e << 23) };
+    const float f = m.f - 1.0f;
+    const float ef = (float)(sub ? e - 23 : e);
+    const float z = f * f;
+    float c = -7.6344296336e-02f;
+    c = fmaf(c, f, 1.2761549652e-01f);
+    c = fmaf(c, f, -1.3160194457e-01f);
+    c = fmaf(c, f, 1.4201761782e-01f);
+    c = fmaf(c, f, -1.6623356938e-01f);
+    c = fmaf(c, f, 2.0001226664e-01f);
+    c = fmaf(c, f, -2.5000822544e-01f);
+    c = fmaf(c, f, 3.3333331347e-01f);
+    float y = fmaf(f * z, c, ef * -FL_VM_LN2_LO);
+    y = fmaf(-0.5f, fmaf(f, f, -z), y);   /* f² = z + (f² − z) exactly: the part of f²/2 that z rounded off */
+    y = fmaf(-0.5f, z, y);
+    float l = fmaf(ef, FL_VM_LN2_HI, f + y);
+    l = x > 0.0f ? l : (x == 0.0f ? -INFINITY : NAN);
+    l = x == INFINITY ? x : l;
+    return x != x ? x : l;
 }
 
 /* σ(x) = 1/(1 + e^-x): with e = e^-|x| ≤ 1 (never overflows), 1/(1+e) for x ≥ 0 and e/(1+e) below, one division.

@@ -41,17 +41,20 @@ static void note_(worst_t *w, double e, bool tiny, float x) {
 }
 #define note(w, call, x) do { bool tiny_; double e_ = call; note_(w, e_, tiny_, x); } while (0)
 
-enum { SIG, TANH, SILU, SILU_D, GELU, GELU_D, NF };
-static const char *const NAMES[NF] = { "sigmoid", "tanh", "silu", "silu'", "gelu", "gelu'" };
+enum { SIG, TANH, SILU, SILU_D, GELU, GELU_D, EXP, LOG, NF };
+static const char *const NAMES[NF] = { "sigmoid", "tanh", "silu", "silu'", "gelu", "gelu'", "exp", "log" };
 /* the worst measured over every float (FL_TEST_VMATH_ALL=1, 2026-12-06), rounded up: ulps of results from 2^-120,
  * and units of 2^-143 (2^-120's last place) below */
-static const double BARS[NF] = { 2.5, 1.5, 3.5, 4.5, 7.5, 4.5 }, TINY_BARS[NF] = { 1, 1, 2, 2, 3, 2 };
+static const double BARS[NF] = { 2.5, 1.5, 3.5, 4.5, 7.5, 4.5, 0.86, 0.83 }, TINY_BARS[NF] = { 1, 1, 2, 2, 3, 2, 1, 1 };
 
 static void check_float(worst_t *w, float x) {
     const double v = x;
     float g;
     note(&w[SIG], ulps(fl_vm_sigmoid(x), ref_sigmoid(v), ref_sigmoid(v), &tiny_), x);
     note(&w[TANH], ulps(fl_vm_tanh(x), tanh(v), tanh(v), &tiny_), x);
+    const double ex = isinf((float)exp(v)) ? INFINITY : exp(v);   /* past FLT_MAX's rounding boundary: inf */
+    note(&w[EXP], ulps(fl_vm_exp(x), ex, ex, &tiny_), x);
+    note(&w[LOG], ulps(fl_vm_log(x), log(v), log(v), &tiny_), x);
     if (fabs(v) < 3e38) {   /* x·σ(x) and GELU overflow nowhere below; the references' products would at inf */
         const double s = ref_sigmoid(v);
         note(&w[SILU], ulps(fl_vm_silu(x), v * s, v * s, &tiny_), x);
@@ -88,6 +91,16 @@ TEST(vmath_against_double) {
 
 TEST(vmath_specials) {
     float g;
+    CHECK(fl_vm_exp(-INFINITY) == 0.0f && fl_vm_exp(INFINITY) == INFINITY && isnan(fl_vm_exp(NAN)) &&
+          fl_vm_exp(0.0f) == 1.0f && fl_vm_exp(-0.0f) == 1.0f && fl_vm_exp(1.0f) == 2.71828175f &&
+          fl_vm_exp(88.7f) == expf(88.7f) && fl_vm_exp(88.8f) == INFINITY && fl_vm_exp(-103.5f) == 0x1p-149f &&
+          fl_vm_exp(-104.5f) == 0.0f, "exp specials: e = %.9g, e^-103.5 = %g", (double)fl_vm_exp(1.0f),
+          (double)fl_vm_exp(-103.5f));
+    CHECK(fl_vm_log(1.0f) == 0.0f && !signbit(fl_vm_log(1.0f)) && fl_vm_log(0.0f) == -INFINITY &&
+          fl_vm_log(-0.0f) == -INFINITY && isnan(fl_vm_log(-1.0f)) && isnan(fl_vm_log(-INFINITY)) &&
+          isnan(fl_vm_log(NAN)) && fl_vm_log(INFINITY) == INFINITY && fl_vm_log(0x1p-149f) == logf(0x1p-149f) &&
+          fl_vm_log(2.0f) == 0.693147182f, "log specials: log 2 = %.9g, log 2^-149 = %.9g", (double)fl_vm_log(2.0f),
+          (double)fl_vm_log(0x1p-149f));
     CHECK(fl_vm_sigmoid(INFINITY) == 1.0f && fl_vm_sigmoid(-INFINITY) == 0.0f && isnan(fl_vm_sigmoid(NAN)) &&
           fl_vm_sigmoid(0.0f) == 0.5f, "sigmoid specials");
     CHECK(fl_vm_tanh(INFINITY) == 1.0f && fl_vm_tanh(-INFINITY) == -1.0f && isnan(fl_vm_tanh(NAN)) &&
@@ -113,7 +126,8 @@ TEST(vmath_kernels_match_scalar) {
         x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 40.0 - 20.0);
         dy[i] = (float)((double)((s >> 7) & 0xFFFF) / 65536.0 - 0.5);
     }
-    x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = -0.0f; x[4] = 1e-42f;
+    x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = -0.0f; x[4] = 1e-42f; x[5] = 0.0f; x[6] = 3e38f;
+    for (int64_t i = 7; i < n; i += 3) x[i] = expf(x[i] * 4.0f);   /* positive values from 2e-35 to 5e34, for log */
     for (int wide = 0; wide < 2; wide++) {
         fl_cpu_avx512_allowed = wide;
         fl_cpu_silu_fwd(x, y, n);
@@ -133,19 +147,22 @@ TEST(vmath_kernels_match_scalar) {
             bad += memcmp(&a, &y[i], 4) != 0 || memcmp(&b, &d[i], 4) != 0;
         }
         CHECK(bad == 0, "exact gelu kernels (wide %d): %d elements differ from the scalar function", wide, bad);
-        /* the elementwise tanh and sigmoid, on a contiguous tensor and a strided one (the tile path) */
-        for (int op = 0; op < 2; op++) {
+        /* the elementwise tanh, sigmoid, exp and log, on a contiguous tensor and a strided one (the tile path) */
+        static const int OPS[4] = { FL_OP_TANH, FL_OP_SIGMOID, FL_OP_EXP, FL_OP_LOG };
+        static const char *const OP_NAMES[4] = { "tanh", "sigmoid", "exp", "log" };
+        for (int op = 0; op < 4; op++) {
             fl_tensor *t = NULL, *r = NULL, *tt = NULL, *rt = NULL;
             int64_t shape[2] = { n / 77, 77 };
             REQUIRE_OK(fl_tensor_empty(&t, FL_F32, 2, shape, FL_DEV_CPU));
             memcpy(fl_tensor_data(t), x, (size_t)(shape[0] * shape[1]) * 4);
-            REQUIRE_OK(fl_unary(&r, op ? FL_OP_SIGMOID : FL_OP_TANH, t));
+            REQUIRE_OK(fl_unary(&r, OPS[op], t));
             REQUIRE_OK(fl_transpose(&tt, t, 0, 1));
-            REQUIRE_OK(fl_unary(&rt, op ? FL_OP_SIGMOID : FL_OP_TANH, tt));
+            REQUIRE_OK(fl_unary(&rt, OPS[op], tt));
             const float *ry = fl_tensor_data(r);
             bad = 0;
             for (int64_t i = 0; i < shape[0] * shape[1]; i++) {
-                float a = op ? fl_vm_sigmoid(x[i]) : fl_vm_tanh(x[i]);
+                float a = op == 0 ? fl_vm_tanh(x[i]) : op == 1 ? fl_vm_sigmoid(x[i]) : op == 2 ? fl_vm_exp(x[i])
+                                                                                      : fl_vm_log(x[i]);
                 bad += memcmp(&a, &ry[i], 4) != 0;
             }
             fl_tensor *rc = NULL;
@@ -156,7 +173,7 @@ TEST(vmath_kernels_match_scalar) {
                 for (int64_t j = 0; j < shape[1]; j++)
                     bad_t += memcmp(&cy[j * shape[0] + i], &ry[i * shape[1] + j], 4) != 0;
             CHECK(bad == 0 && bad_t == 0, "%s (wide %d): %d elements differ from the scalar function, %d on the "
-                  "transposed input", op ? "sigmoid" : "tanh", wide, bad, bad_t);
+                  "transposed input", OP_NAMES[op], wide, bad, bad_t);
             fl_tensor_release(rc);
             fl_tensor_release(t); fl_tensor_release(r); fl_tensor_release(tt); fl_tensor_release(rt);
         }
