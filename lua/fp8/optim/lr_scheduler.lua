@@ -1046,6 +1046,7 @@ function M.ReduceLROnPlateau(opt, opts, ...)
   check_rate(N, "eps", eps)
   local ng, min_lrs = #opt.param_groups, {}
   local ml = opts.min_lr or 0
+  local default_min_lr = type(ml) ~= "table" and ml or nil   -- torch's: what a group added later gets
   if type(ml) == "table" then
     if rawlen(ml) ~= ng then
       error(("ReduceLROnPlateau: min_lr must be a number or a list of %d (one per parameter group), got a list of %d")
@@ -1057,7 +1058,8 @@ function M.ReduceLROnPlateau(opt, opts, ...)
   end
   for i = 1, ng do check_rate(N, ("min_lr[%d]"):format(i), min_lrs[i]) end
   local self = setmetatable({ name = N, optimizer = opt, mode = mode, threshold_mode = tmode, factor = factor,
-    patience = patience, cooldown = cooldown, threshold = threshold, eps = eps, min_lrs = min_lrs, last_epoch = 0,
+    patience = patience, cooldown = cooldown, threshold = threshold, eps = eps, min_lrs = min_lrs,
+    _default_min_lr = default_min_lr, last_epoch = 0,
     best = mode == "min" and math.huge or -math.huge, num_bad_epochs = 0, cooldown_counter = 0, base_lrs = {} },
     Plateau)
   for i, g in ipairs(opt.param_groups) do
@@ -1096,6 +1098,7 @@ function Plateau:step(metric)
     error(("ReduceLROnPlateau:step: this optimizer is also stepped by another scheduler (%s); the last to step would "
       .. "win: use one"):format(other.name), 2)
   end
+  local before = { self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter }
   self.last_epoch = self.last_epoch + 1
   if self:is_better(metric) then   -- a NaN metric is never better (torch's comparisons)
     self.best, self.num_bad_epochs = metric, 0
@@ -1107,9 +1110,23 @@ function Plateau:step(metric)
     self.num_bad_epochs = 0
   end
   if self.num_bad_epochs > self.patience then
+    -- a group added since the scheduler was made (opt:add_param_group): torch's _reduce_lr gives it the min_lr given
+    -- as one number, and refuses a min_lr given as a list (it has none for the group); here such a group's lr went
+    -- down to 0 past a min_lr of 1e-3, and a list's missing entry was taken as 0 without a word
+    local ng = #opt.param_groups
+    if #self.min_lrs ~= ng then
+      if self._default_min_lr == nil then
+        self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter = table.unpack(before)
+        error(("ReduceLROnPlateau:step: the optimizer has %d parameter groups, min_lr was given as a list of %d when "
+          .. "the scheduler was made (a group was added since); set sched.min_lrs to a list of %d (torch's "
+          .. "RuntimeError)"):format(ng, #self.min_lrs, ng), 2)
+      end
+      self.min_lrs = {}
+      for i = 1, ng do self.min_lrs[i] = self._default_min_lr end
+    end
     for i, g in ipairs(opt.param_groups) do
       local old = g.lr
-      local new = math.max(old * self.factor, self.min_lrs[i] or 0)
+      local new = math.max(old * self.factor, self.min_lrs[i])
       if old - new > self.eps then g.lr = new end
     end
     self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
