@@ -32,4 +32,28 @@ def plateau_added_group():
         print("plateau_list:", e)
 
 
+def chainable_added_group():
+    # a group of lr 0.2 added before the fourth step to an SGD(lr=0.1) stepped by a chainable schedule: torch scales
+    # its lr by the later steps' factors alone; the lrs of both groups after each of nine steps
+    from torch.optim import lr_scheduler as S
+    mks = [("step", lambda o: S.StepLR(o, 2, 0.5)), ("exp", lambda o: S.ExponentialLR(o, 0.9)),
+           ("multistep", lambda o: S.MultiStepLR(o, [3, 6], 0.5)), ("linear", lambda o: S.LinearLR(o, 0.2, 1.0, 6)),
+           ("poly", lambda o: S.PolynomialLR(o, 8, 1.0)), ("const", lambda o: S.ConstantLR(o, 0.5, 5)),
+           ("chain", lambda o: S.ChainedScheduler([S.ConstantLR(o, 0.5, 4), S.ExponentialLR(o, 0.9),
+                                                   S.StepLR(o, 3, 0.5)]))]
+    for name, mk in mks:
+        a, b = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+        o = torch.optim.SGD([a], lr=0.1)
+        s = mk(o)
+        rows = []
+        for t in range(9):
+            if t == 3:
+                o.add_param_group({"params": [b], "lr": 0.2})
+            o.step()
+            s.step()
+            rows.append([g["lr"] for g in o.param_groups])
+        print("chainable_added_group", name, "=", rows)
+
+
 plateau_added_group()
+chainable_added_group()

@@ -60,3 +60,58 @@ describe("ReduceLROnPlateau and a group added after it was made", function()
     close_rows({ { 0.1 * 0.1, 0.15 } }, { lrs(opt) }, "with min_lrs set")
   end)
 end)
+
+describe("a group added to the optimizer while a chainable schedule runs", function()
+  it("has its lr scaled by the later steps' factors alone, as torch's chainable steps scale it", function()
+    -- scripts/gen_audit10a.py's chainable_added_group: SGD(lr=0.1), a group of lr 0.2 added before the fourth step;
+    -- torch 2.15's lrs after each of nine steps (its ConstantLR doubles the new group where its factor ends: torch's)
+    local S = fp8.optim.lr_scheduler
+    local want = {
+      step = { { 0.1 }, { 0.05 }, { 0.05 }, { 0.025, 0.1 }, { 0.025, 0.1 }, { 0.0125, 0.05 }, { 0.0125, 0.05 }, {
+        0.00625, 0.025 }, { 0.00625, 0.025 } },
+      exp = { { 0.09000000000000001 }, { 0.08100000000000002 }, { 0.07290000000000002 }, { 0.06561000000000002,
+        0.18000000000000002 }, { 0.05904900000000002, 0.16200000000000003 }, { 0.05314410000000002,
+        0.14580000000000004 }, { 0.04782969000000002, 0.13122000000000003 }, { 0.043046721000000024,
+        0.11809800000000004 }, { 0.03874204890000002, 0.10628820000000004 } },
+      multistep = { { 0.1 }, { 0.1 }, { 0.05 }, { 0.05, 0.2 }, { 0.05, 0.2 }, { 0.025, 0.1 }, { 0.025, 0.1 }, {
+        0.025, 0.1 }, { 0.025, 0.1 } },
+      linear = { { 0.03333333333333334 }, { 0.046666666666666676 }, { 0.060000000000000005 }, { 0.07333333333333335,
+        0.24444444444444446 }, { 0.08666666666666668, 0.2888888888888889 }, { 0.1, 0.3333333333333333 }, { 0.1,
+        0.3333333333333333 }, { 0.1, 0.3333333333333333 }, { 0.1, 0.3333333333333333 } },
+      poly = { { 0.08750000000000001 }, { 0.075 }, { 0.0625 }, { 0.05, 0.16000000000000003 }, {
+        0.037500000000000006, 0.12000000000000002 }, { 0.025, 0.08000000000000002 }, { 0.0125, 0.04000000000000001
+        }, { 0.0, 0.0 }, { 0.0, 0.0 } },
+      const = { { 0.05 }, { 0.05 }, { 0.05 }, { 0.05, 0.2 }, { 0.1, 0.4 }, { 0.1, 0.4 }, { 0.1, 0.4 }, { 0.1, 0.4 },
+        { 0.1, 0.4 } },
+      chain = { { 0.045000000000000005 }, { 0.04050000000000001 }, { 0.018225000000000005 }, { 0.03280500000000001,
+        0.36000000000000004 }, { 0.02952450000000001, 0.32400000000000007 }, { 0.013286025000000005,
+        0.14580000000000004 }, { 0.011957422500000005, 0.13122000000000003 }, { 0.010761680250000006,
+        0.11809800000000004 }, { 0.0048427561125000025, 0.05314410000000002 } },
+    }
+    local mks = {
+      step = function(o) return S.StepLR(o, 2, 0.5) end,
+      exp = function(o) return S.ExponentialLR(o, 0.9) end,
+      multistep = function(o) return S.MultiStepLR(o, { 3, 6 }, 0.5) end,
+      linear = function(o) return S.LinearLR(o, 0.2, 1.0, 6) end,
+      poly = function(o) return S.PolynomialLR(o, 8, 1.0) end,
+      const = function(o) return S.ConstantLR(o, 0.5, 5) end,
+      chain = function(o)
+        return S.ChainedScheduler({ S.ConstantLR(o, 0.5, 4), S.ExponentialLR(o, 0.9), S.StepLR(o, 3, 0.5) })
+      end,
+    }
+    for name, mk in pairs(mks) do
+      local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
+      local s = mk(o)
+      local got = {}
+      for t = 0, 8 do
+        -- (the StepLR's group had 0.05 at step 4 where torch's has 0.1: its lr was taken as the base, and the
+        -- factor of the steps before it joined applied to it)
+        if t == 3 then o:add_param_group { params = { param() }, lr = 0.2 } end
+        o:step()
+        s:step()
+        got[#got + 1] = lrs(o)
+      end
+      close_rows(want[name], got, name)
+    end
+  end)
+end)

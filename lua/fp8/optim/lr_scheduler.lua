@@ -110,11 +110,25 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
 end
 
 function Scheduler:get_lr()
-  -- a group added since (opt:add_param_group) joins with its own lr as its base
+  -- A group added since (opt:add_param_group) joins. In a schedule that multiplies the lr step by step (torch's
+  -- chainable forms: ConstantLR, LinearLR, ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR, and a
+  -- ChainedScheduler of them) its lr is the lr of the step the scheduler was at (t0), which torch's later steps scale
+  -- by f(t)/f(t0): its base is lr / f(t0) (a StepLR(2, 0.5) group added with 0.2 at step 3 has 0.1 at step 4, as
+  -- torch's; taken as the base it had 0.05, gamma applied for the steps before it joined). In the others (LambdaLR,
+  -- the cosines, OneCycleLR, CyclicLR, SequentialLR, transformers'), whose torch forms fail on a group added later,
+  -- its lr is its base.
+  local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
     g.initial_lr = g.initial_lr or g.lr
-    self.base_lrs[i] = g.initial_lr
+    local base = g.initial_lr
+    if (rawget(self, "_chainable") or rawget(self, "_chained")) and t0 >= 0 and type(g.lr) == "number" then
+      local ok, f = pcall(self._lr_fn, t0, 1, i)
+      if not ok then error(f, 0) end   -- (MultiplicativeLR's list of lambdas has none for it)
+      -- (a factor of 0, PolynomialLR at its end, leaves nothing to scale: the lr is the base then)
+      if type(f) == "number" and f > 0 and f < math.huge then base = g.lr / f else base = g.lr end
+    end
+    self.base_lrs[i] = base
   end
   local out = {}
   local t = rawget(self, "_pos") or self.last_epoch
@@ -162,7 +176,9 @@ function Scheduler:step(epoch)
       .. "warmup_cosine for a warmup then a decay)")
       :format(self.name, other.name), 2)
   end
+  self._stepping_from = prev   -- (get_lr: the step a group added since joins at)
   local ok, lrs = pcall(self.get_lr, self)
+  self._stepping_from = nil
   if not ok then self.last_epoch, self._pos = prev, prev_pos; error(lrs, 2) end   -- the groups keep their lrs
   -- a group added while get_lr ran (by an lr_lambda) has no lr in lrs: it keeps its own, as torch's zip leaves it, and
   -- joins at the next step (writing nil erased it, and the optimizer's step then failed on it)
@@ -956,7 +972,8 @@ function M.ChainedScheduler(schedulers, optimizer, ...)
     local f = 1
     for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
     return base * f
-  end, nil, false, nil, { _schedulers = list, _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
+  end, nil, false, nil, { _schedulers = list, _chained = true,
+    _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
 end
 
 -- The schedules of transformers.optimization that Accelerate's examples use, under their names:
