@@ -38,21 +38,26 @@ def plateau_added_group():
 
 
 def chainable_added_group():
-    # a group of lr 0.2 added before the fourth step to an SGD(lr=0.1) stepped by a chainable schedule: torch scales
-    # its lr by the later steps' factors alone; the lrs of both groups after each of nine steps
+    # a group of lr 0.2 added before the fourth step (added_at: another) to an SGD(lr=0.1) stepped by a chainable
+    # schedule (or a SequentialLR running one then): torch scales its lr by the later steps' factors alone; the lrs of both groups
+    # after each of nine steps
     from torch.optim import lr_scheduler as S
     mks = [("step", lambda o: S.StepLR(o, 2, 0.5)), ("exp", lambda o: S.ExponentialLR(o, 0.9)),
            ("multistep", lambda o: S.MultiStepLR(o, [3, 6], 0.5)), ("linear", lambda o: S.LinearLR(o, 0.2, 1.0, 6)),
            ("poly", lambda o: S.PolynomialLR(o, 8, 1.0)), ("const", lambda o: S.ConstantLR(o, 0.5, 5)),
            ("chain", lambda o: S.ChainedScheduler([S.ConstantLR(o, 0.5, 4), S.ExponentialLR(o, 0.9),
-                                                   S.StepLR(o, 3, 0.5)]))]
+                                                   S.StepLR(o, 3, 0.5)])),
+           ("seq", lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.5, 1.0, 3), S.ExponentialLR(o, 0.9)], milestones=[3])),
+           ("seq_cos_step", lambda o: S.SequentialLR(o, [S.CosineAnnealingLR(o, 3), S.StepLR(o, 2, 0.5)],
+                                                     milestones=[3]))]
+    added_at = {"seq": 5, "seq_cos_step": 5}   # within the second schedule (torch's fail on one added before)
     for name, mk in mks:
         a, b = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
         o = torch.optim.SGD([a], lr=0.1)
         s = mk(o)
         rows = []
         for t in range(9):
-            if t == 3:
+            if t == added_at.get(name, 3):
                 o.add_param_group({"params": [b], "lr": 0.2})
             o.step()
             s.step()

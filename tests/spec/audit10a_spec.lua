@@ -62,8 +62,10 @@ describe("ReduceLROnPlateau and a group added after it was made", function()
 end)
 
 describe("a group added to the optimizer while a chainable schedule runs", function()
-  it("has its lr scaled by the later steps' factors alone, as torch's chainable steps scale it", function()
-    -- scripts/gen_audit10a.py's chainable_added_group: SGD(lr=0.1), a group of lr 0.2 added before the fourth step;
+  it("has its lr scaled by the later steps' factors alone, as torch's chainable steps scale it (SequentialLR too)",
+    function()
+    -- scripts/gen_audit10a.py's chainable_added_group: SGD(lr=0.1), a group of lr 0.2 added before the fourth step
+    -- (in the SequentialLRs before the sixth, past their milestone: torch's fail on a group added before it);
     -- torch 2.15's lrs after each of nine steps (its ConstantLR doubles the new group where its factor ends: torch's)
     local S = fp8.optim.lr_scheduler
     local want = {
@@ -87,6 +89,12 @@ describe("a group added to the optimizer while a chainable schedule runs", funct
         0.36000000000000004 }, { 0.02952450000000001, 0.32400000000000007 }, { 0.013286025000000005,
         0.14580000000000004 }, { 0.011957422500000005, 0.13122000000000003 }, { 0.010761680250000006,
         0.11809800000000004 }, { 0.0048427561125000025, 0.05314410000000002 } },
+      seq = { { 0.06666666666666667 }, { 0.08333333333333333 }, { 0.1 }, { 0.09000000000000001 }, {
+        0.08100000000000002 }, { 0.07290000000000002, 0.18000000000000002 }, { 0.06561000000000002,
+        0.16200000000000003 }, { 0.05904900000000002, 0.14580000000000004 }, { 0.05314410000000002,
+        0.13122000000000003 } },
+      seq_cos_step = { { 0.07500000000000001 }, { 0.025000000000000015 }, { 0.1 }, { 0.1 }, { 0.05 }, { 0.05, 0.2 },
+        { 0.025, 0.1 }, { 0.025, 0.1 }, { 0.0125, 0.05 } },
     }
     local mks = {
       step = function(o) return S.StepLR(o, 2, 0.5) end,
@@ -98,6 +106,10 @@ describe("a group added to the optimizer while a chainable schedule runs", funct
       chain = function(o)
         return S.ChainedScheduler({ S.ConstantLR(o, 0.5, 4), S.ExponentialLR(o, 0.9), S.StepLR(o, 3, 0.5) })
       end,
+      seq = function(o) return S.SequentialLR(o, { S.LinearLR(o, 0.5, 1.0, 3), S.ExponentialLR(o, 0.9) }, { 3 }) end,
+      seq_cos_step = function(o)
+        return S.SequentialLR(o, { S.CosineAnnealingLR(o, 3), S.StepLR(o, 2, 0.5) }, { 3 })
+      end,
     }
     for name, mk in pairs(mks) do
       local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
@@ -106,7 +118,7 @@ describe("a group added to the optimizer while a chainable schedule runs", funct
       for t = 0, 8 do
         -- (the StepLR's group had 0.05 at step 4 where torch's has 0.1: its lr was taken as the base, and the
         -- factor of the steps before it joined applied to it)
-        if t == 3 then o:add_param_group { params = { param() }, lr = 0.2 } end
+        if t == (name:match("^seq") and 5 or 3) then o:add_param_group { params = { param() }, lr = 0.2 } end
         o:step()
         s:step()
         got[#got + 1] = lrs(o)

@@ -114,15 +114,17 @@ function Scheduler:get_lr()
   -- chainable forms: ConstantLR, LinearLR, ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR, and a
   -- ChainedScheduler of them) its lr is the lr of the step the scheduler was at (t0), which torch's later steps scale
   -- by f(t)/f(t0): its base is lr / f(t0) (a StepLR(2, 0.5) group added with 0.2 at step 3 has 0.1 at step 4, as
-  -- torch's; taken as the base it had 0.05, gamma applied for the steps before it joined). In the others (LambdaLR,
-  -- the cosines, OneCycleLR, CyclicLR, SequentialLR, transformers'), whose torch forms fail on a group added later,
-  -- its lr is its base.
+  -- torch's; taken as the base it had 0.05, gamma applied for the steps before it joined); so too in a SequentialLR
+  -- while such a schedule runs (torch's steps it). In the others (LambdaLR, the cosines, OneCycleLR, CyclicLR,
+  -- transformers'), whose torch forms fail on a group added later, its lr is its base.
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
     g.initial_lr = g.initial_lr or g.lr
     local base = g.initial_lr
-    if (rawget(self, "_chainable") or rawget(self, "_chained")) and t0 >= 0 and type(g.lr) == "number" then
+    local at = rawget(self, "_chainable_at")   -- (SequentialLR: whether its schedule at step t0 is such a one)
+    if (rawget(self, "_chainable") or rawget(self, "_chained") or (at and t0 >= 0 and at(t0))) and t0 >= 0
+        and type(g.lr) == "number" then
       local ok, f = pcall(self._lr_fn, t0, 1, i)
       if not ok then error(f, 0) end   -- (MultiplicativeLR's list of lambdas has none for it)
       -- (a factor of 0, PolynomialLR at its end, leaves nothing to scale: the lr is the base then)
@@ -937,7 +939,9 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
   return new(N, opt, lr_at, nil, false, function(_, t)
     local sc, u = which(t)
     if sc._after_step then sc:_after_step(u) end
-  end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none" })
+  end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none",
+    -- whether step t is run by a schedule that multiplies the lr step by step (get_lr: a group added then)
+    _chainable_at = function(t) return rawget(which(t), "_chainable") == true end })
 end
 
 -- ChainedScheduler(schedulers [, opt]) (or ({schedulers=, optimizer=})): torch's, every scheduler's effect at once.
