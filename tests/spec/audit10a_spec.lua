@@ -222,3 +222,42 @@ describe("training loops step by step against torch 2.15's", function()
     end
   end)
 end)
+
+describe("a scheduler's settings written mid-run", function()
+  it("are refused (torch's get_lr reads them; the closed forms here kept the old ones without a word)", function()
+    local S = fp8.optim.lr_scheduler
+    local function o() return fp8.optim.SGD({ param() }, { lr = 1, momentum = 0.9 }) end
+    -- torch 2.15: StepLR(opt, 2, 0.5), then sched.gamma = 0.1 after a step: the lr at step 2 is 0.1, here it was 0.5
+    local cases = {
+      { S.StepLR(o(), 2, 0.5), "gamma", 0.1 },
+      { S.CosineAnnealingLR(o(), 10), "T_max", 20 },
+      { S.MultiStepLR(o(), { 2, 4 }), "milestones", { 3 } },
+      { S.CosineAnnealingWarmRestarts(o(), 3, 2, 0.01), "T_0", 5 },
+      { S.OneCycleLR(o(), 1, 10), "total_steps", 20 },
+      { S.LambdaLR(o(), function() return 1 end), "lr_lambdas", {} },
+    }
+    for _, c in ipairs(cases) do
+      local s, key, v = c[1], c[2], c[3]
+      local before = s[key]
+      local ok, err = pcall(function() s[key] = v end)
+      assert.is_false(ok, key)
+      assert.matches(("%s: %s is set when the scheduler is made"):format(s.name, key), err, 1, true)
+      assert.matches("load_state_dict(old:state_dict(), false)", err, 1, true)
+      assert.are.equal(before, s[key])
+    end
+    -- the settings it shows are read as before; its state is written as before (torch's too)
+    local w = cases[4][1]
+    assert.are.same({ 3, 2, 0.01 }, { w.T_0, w.T_mult, w.eta_min })
+    assert.are.equal(10, cases[5][1].total_steps)
+    local s = cases[1][1]
+    s.base_lrs = { 2 }
+    s.last_epoch = 3
+    assert.are.equal(1.0, s:get_lr()[1])   -- 2 · 0.5^floor(3 / 2)
+    -- through the Accelerator's wrapper too (it passes writes on)
+    local acc = fp8.Accelerator {}
+    local p = acc:prepare(S.ExponentialLR(o(), 0.9))
+    local ok, err = pcall(function() p.gamma = 0.5 end)
+    assert.is_false(ok)
+    assert.matches("ExponentialLR: gamma is set when the scheduler is made", err, 1, true)
+  end)
+end)

@@ -73,7 +73,33 @@ local function is_options(v) return type(v) == "table" and not is_list(v) end
 
 local Scheduler = {}
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
-Scheduler.__index = Scheduler
+-- torch's schedulers keep their settings as attributes their get_lr reads, so a loop may change one mid-run
+-- (sched.T_max = 200 to train longer, sched.gamma = 0.5). Each schedule here is a closed form its constructor made,
+-- so such a write was taken and ignored without a word: it is refused, naming what to do. The settings a scheduler
+-- shows (CosineAnnealingWarmRestarts' T_0, T_mult and eta_min, OneCycleLR's total_steps) are read from _settings.
+local SETTINGS = {}
+for k in ("step_size gamma milestones factor total_iters start_factor end_factor power T_max eta_min T_0 T_i T_mult "
+    .. "total_steps max_lrs anneal_func anneal_strategy cycle_momentum use_beta1 mode scale_fn scale_mode total_size "
+    .. "step_ratio base_momentums max_momentums lr_lambdas pct_start div_factor final_div_factor three_phase")
+    :gmatch("%S+") do
+  SETTINGS[k] = true
+end
+function Scheduler.__index(t, k)
+  local v = Scheduler[k]
+  if v ~= nil then return v end
+  local st = rawget(t, "_settings")
+  if st ~= nil then return st[k] end
+  return nil
+end
+function Scheduler.__newindex(t, k, v)
+  if SETTINGS[k] then
+    local name = rawget(t, "name") or "LRScheduler"
+    error(("%s: %s is set when the scheduler is made: each schedule here is a closed form its constructor makes (torch's "
+      .. "get_lr reads the attribute at every step); make a new %s with the value, and load_state_dict(old:state_dict(), "
+      .. "false) to go on from the old one's step"):format(name, tostring(k), name), 2)
+  end
+  rawset(t, k, v)
+end
 -- Both classes say they are schedulers (read through an Accelerator's wrapper too): M._is_scheduler.
 Scheduler._is_lr_scheduler = true
 Plateau._is_lr_scheduler = true
@@ -98,7 +124,15 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   check_opt(name, opt)
   local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {},
     _fractional = fractional or nil, _after_step = after_step }, Scheduler)
-  for k, v in pairs(fields or {}) do self[k] = v end
+  for k, v in pairs(fields or {}) do
+    if SETTINGS[k] then   -- shown, not written (Scheduler.__newindex)
+      local st = rawget(self, "_settings") or {}
+      st[k] = v
+      rawset(self, "_settings", st)
+    else
+      rawset(self, k, v)
+    end
+  end
   for i, g in ipairs(opt.param_groups) do
     g.initial_lr = g.initial_lr or g.lr
     if self.base_lrs[i] == nil then self.base_lrs[i] = g.initial_lr end
