@@ -152,6 +152,20 @@ def loops():
         f.write("\n".join(out) + "\n")
 
 
+def setting_written():
+    # torch reads a scheduler's settings at every step: StepLR(opt, 2, 0.5), gamma = 0.1 after one step
+    from torch.optim import lr_scheduler as S
+    o = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1, momentum=0.9)
+    s = S.StepLR(o, 2, 0.5)
+    o.step()
+    s.step()
+    s.gamma = 0.1
+    o.step()
+    s.step()
+    print("setting_written: the lr at step 2 is", o.param_groups[0]["lr"])
+
+
 plateau_added_group()
+setting_written()
 chainable_added_group()
 loops()

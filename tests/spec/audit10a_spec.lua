@@ -227,7 +227,8 @@ describe("a scheduler's settings written mid-run", function()
   it("are refused (torch's get_lr reads them; the closed forms here kept the old ones without a word)", function()
     local S = fp8.optim.lr_scheduler
     local function o() return fp8.optim.SGD({ param() }, { lr = 1, momentum = 0.9 }) end
-    -- torch 2.15: StepLR(opt, 2, 0.5), then sched.gamma = 0.1 after a step: the lr at step 2 is 0.1, here it was 0.5
+    -- torch 2.15 (scripts/gen_audit10a.py's setting_written): StepLR(opt, 2, 0.5), then sched.gamma = 0.1 after a step:
+    -- the lr at step 2 is 0.1; here it was 0.5
     local cases = {
       { S.StepLR(o(), 2, 0.5), "gamma", 0.1 },
       { S.CosineAnnealingLR(o(), 10), "T_max", 20 },
