@@ -94,9 +94,9 @@ end
 function Scheduler.__newindex(t, k, v)
   if SETTINGS[k] then
     local name = rawget(t, "name") or "LRScheduler"
-    error(("%s: %s is set when the scheduler is made: each schedule here is a closed form its constructor makes (torch's "
-      .. "get_lr reads the attribute at every step); make a new %s with the value, and load_state_dict(old:state_dict(), "
-      .. "false) to go on from the old one's step"):format(name, tostring(k), name), 2)
+    error(("%s: %s is set when the scheduler is made: each schedule here is a closed form its constructor "
+      .. "makes (torch's get_lr reads the attribute at every step); make a new %s with the value, and "
+      .. "load_state_dict(old:state_dict(), false) to go on from the old one's step"):format(name, tostring(k), name), 2)
   end
   rawset(t, k, v)
 end
