@@ -555,7 +555,8 @@ function AccScheduler:step(...)
   -- a schedule with a fixed number of steps (OneCycleLR's total_steps, an error past it) is not stepped past its
   -- end, as Accelerate's: the last optimizer step's N steps may overrun it when the batches do not divide evenly
   for _ = 1, acc.split_batches and 1 or acc.num_processes do
-    local total = rawget(inner, "total_steps")
+    local st = rawget(inner, "_settings")   -- (a scheduler of fp8.optim shows its settings from there)
+    local total = rawget(inner, "total_steps") or type(st) == "table" and st.total_steps or nil
     if total == nil or inner.last_epoch < total then relay(pcall(inner.step, inner, ...)) end
   end
   return self

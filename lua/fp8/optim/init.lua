@@ -83,7 +83,9 @@ add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_ste
   .. "torch's); sched:get_last_lr() → {lr, ...} (sched:get_lr(): the current step's\n"
   .. "lrs, computed, not written); sched:state_dict() / sched:load_state_dict(sd) save and restore the step and\n"
   .. "base lrs. Each schedule is a closed form of the step and the group's initial lr: an lr set by hand lasts\n"
-  .. "until the next sched:step() (torch's chainable StepLR would scale it). A group added later joins with its\n"
-  .. "own lr as its base. Their class (each one's metatable) is fp8.optim.lr_scheduler.LRScheduler, as torch's.")
+  .. "until the next sched:step() (torch's chainable StepLR would scale it). A group added later joins at the\n"
+  .. "current step: its lr is that step's in the schedules that multiply the lr step by step (StepLR, ...: the\n"
+  .. "later steps scale it, as torch's), its base in the others. Their class (each one's metatable) is\n"
+  .. "fp8.optim.lr_scheduler.LRScheduler, as torch's.")
 
 return optim

@@ -73,7 +73,33 @@ local function is_options(v) return type(v) == "table" and not is_list(v) end
 
 local Scheduler = {}
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
-Scheduler.__index = Scheduler
+-- torch's schedulers keep their settings as attributes their get_lr reads, so a loop may change one mid-run
+-- (sched.T_max = 200 to train longer, sched.gamma = 0.5). Each schedule here is a closed form its constructor made,
+-- so such a write was taken and ignored without a word: it is refused, naming what to do. The settings a scheduler
+-- shows (CosineAnnealingWarmRestarts' T_0, T_mult and eta_min, OneCycleLR's total_steps) are read from _settings.
+local SETTINGS = {}
+for k in ("step_size gamma milestones factor total_iters start_factor end_factor power T_max eta_min T_0 T_i T_mult "
+    .. "total_steps max_lrs anneal_func anneal_strategy cycle_momentum use_beta1 mode scale_fn scale_mode total_size "
+    .. "step_ratio base_momentums max_momentums lr_lambdas pct_start div_factor final_div_factor three_phase")
+    :gmatch("%S+") do
+  SETTINGS[k] = true
+end
+function Scheduler.__index(t, k)
+  local v = Scheduler[k]
+  if v ~= nil then return v end
+  local st = rawget(t, "_settings")
+  if st ~= nil then return st[k] end
+  return nil
+end
+function Scheduler.__newindex(t, k, v)
+  if SETTINGS[k] then
+    local name = rawget(t, "name") or "LRScheduler"
+    error(("%s: %s is set when the scheduler is made: each schedule here is a closed form its constructor "
+      .. "makes (torch's get_lr reads the attribute at every step); make a new %s with the value, and "
+      .. "load_state_dict(old:state_dict(), false) to go on from the old one's step"):format(name, tostring(k), name), 2)
+  end
+  rawset(t, k, v)
+end
 -- Both classes say they are schedulers (read through an Accelerator's wrapper too): M._is_scheduler.
 Scheduler._is_lr_scheduler = true
 Plateau._is_lr_scheduler = true
@@ -98,7 +124,15 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   check_opt(name, opt)
   local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {},
     _fractional = fractional or nil, _after_step = after_step }, Scheduler)
-  for k, v in pairs(fields or {}) do self[k] = v end
+  for k, v in pairs(fields or {}) do
+    if SETTINGS[k] then   -- shown, not written (Scheduler.__newindex)
+      local st = rawget(self, "_settings") or {}
+      st[k] = v
+      rawset(self, "_settings", st)
+    else
+      rawset(self, k, v)
+    end
+  end
   for i, g in ipairs(opt.param_groups) do
     g.initial_lr = g.initial_lr or g.lr
     if self.base_lrs[i] == nil then self.base_lrs[i] = g.initial_lr end
@@ -110,11 +144,27 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
 end
 
 function Scheduler:get_lr()
-  -- a group added since (opt:add_param_group) joins with its own lr as its base
+  -- A group added since (opt:add_param_group) joins. In a schedule that multiplies the lr step by step (torch's
+  -- chainable forms: ConstantLR, LinearLR, ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR, and a
+  -- ChainedScheduler of them) its lr is the lr of the step the scheduler was at (t0), which torch's later steps scale
+  -- by f(t)/f(t0): its base is lr / f(t0) (a StepLR(2, 0.5) group added with 0.2 at step 3 has 0.1 at step 4, as
+  -- torch's; taken as the base it had 0.05, gamma applied for the steps before it joined); so too in a SequentialLR
+  -- while such a schedule runs (torch's steps it). In the others (LambdaLR, the cosines, OneCycleLR, CyclicLR,
+  -- transformers'), whose torch forms fail on a group added later, its lr is its base.
+  local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
     g.initial_lr = g.initial_lr or g.lr
-    self.base_lrs[i] = g.initial_lr
+    local base = g.initial_lr
+    local at = rawget(self, "_chainable_at")   -- (SequentialLR: whether its schedule at step t0 is such a one)
+    if (rawget(self, "_chainable") or rawget(self, "_chained") or (at and t0 >= 0 and at(t0))) and t0 >= 0
+        and type(g.lr) == "number" then
+      local ok, f = pcall(self._lr_fn, t0, 1, i)
+      if not ok then error(f, 0) end   -- (MultiplicativeLR's list of lambdas has none for it)
+      -- (a factor of 0, PolynomialLR at its end, leaves nothing to scale: the lr is the base then)
+      if type(f) == "number" and f > 0 and f < math.huge then base = g.lr / f else base = g.lr end
+    end
+    self.base_lrs[i] = base
   end
   local out = {}
   local t = rawget(self, "_pos") or self.last_epoch
@@ -162,7 +212,9 @@ function Scheduler:step(epoch)
       .. "warmup_cosine for a warmup then a decay)")
       :format(self.name, other.name), 2)
   end
+  self._stepping_from = prev   -- (get_lr: the step a group added since joins at)
   local ok, lrs = pcall(self.get_lr, self)
+  self._stepping_from = nil
   if not ok then self.last_epoch, self._pos = prev, prev_pos; error(lrs, 2) end   -- the groups keep their lrs
   -- a group added while get_lr ran (by an lr_lambda) has no lr in lrs: it keeps its own, as torch's zip leaves it, and
   -- joins at the next step (writing nil erased it, and the optimizer's step then failed on it)
@@ -921,7 +973,9 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
   return new(N, opt, lr_at, nil, false, function(_, t)
     local sc, u = which(t)
     if sc._after_step then sc:_after_step(u) end
-  end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none" })
+  end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none",
+    -- whether step t is run by a schedule that multiplies the lr step by step (get_lr: a group added then)
+    _chainable_at = function(t) return rawget(which(t), "_chainable") == true end })
 end
 
 -- ChainedScheduler(schedulers [, opt]) (or ({schedulers=, optimizer=})): torch's, every scheduler's effect at once.
@@ -956,7 +1010,8 @@ function M.ChainedScheduler(schedulers, optimizer, ...)
     local f = 1
     for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
     return base * f
-  end, nil, false, nil, { _schedulers = list, _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
+  end, nil, false, nil, { _schedulers = list, _chained = true,
+    _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
 end
 
 -- The schedules of transformers.optimization that Accelerate's examples use, under their names:
@@ -1046,6 +1101,7 @@ function M.ReduceLROnPlateau(opt, opts, ...)
   check_rate(N, "eps", eps)
   local ng, min_lrs = #opt.param_groups, {}
   local ml = opts.min_lr or 0
+  local default_min_lr = type(ml) ~= "table" and ml or nil   -- torch's: what a group added later gets
   if type(ml) == "table" then
     if rawlen(ml) ~= ng then
       error(("ReduceLROnPlateau: min_lr must be a number or a list of %d (one per parameter group), got a list of %d")
@@ -1057,7 +1113,8 @@ function M.ReduceLROnPlateau(opt, opts, ...)
   end
   for i = 1, ng do check_rate(N, ("min_lr[%d]"):format(i), min_lrs[i]) end
   local self = setmetatable({ name = N, optimizer = opt, mode = mode, threshold_mode = tmode, factor = factor,
-    patience = patience, cooldown = cooldown, threshold = threshold, eps = eps, min_lrs = min_lrs, last_epoch = 0,
+    patience = patience, cooldown = cooldown, threshold = threshold, eps = eps, min_lrs = min_lrs,
+    _default_min_lr = default_min_lr, last_epoch = 0,
     best = mode == "min" and math.huge or -math.huge, num_bad_epochs = 0, cooldown_counter = 0, base_lrs = {} },
     Plateau)
   for i, g in ipairs(opt.param_groups) do
@@ -1096,6 +1153,7 @@ function Plateau:step(metric)
     error(("ReduceLROnPlateau:step: this optimizer is also stepped by another scheduler (%s); the last to step would "
       .. "win: use one"):format(other.name), 2)
   end
+  local before = { self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter }
   self.last_epoch = self.last_epoch + 1
   if self:is_better(metric) then   -- a NaN metric is never better (torch's comparisons)
     self.best, self.num_bad_epochs = metric, 0
@@ -1107,9 +1165,23 @@ function Plateau:step(metric)
     self.num_bad_epochs = 0
   end
   if self.num_bad_epochs > self.patience then
+    -- a group added since the scheduler was made (opt:add_param_group): torch's _reduce_lr gives it the min_lr given
+    -- as one number, and refuses a min_lr given as a list (it has none for the group); here such a group's lr went
+    -- down to 0 past a min_lr of 1e-3, and a list's missing entry was taken as 0 without a word
+    local ng = #opt.param_groups
+    if #self.min_lrs ~= ng then
+      if self._default_min_lr == nil then
+        self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter = table.unpack(before)
+        error(("ReduceLROnPlateau:step: the optimizer has %d parameter groups, min_lr was given as a list of %d when "
+          .. "the scheduler was made (a group was added since); set sched.min_lrs to a list of %d (torch's "
+          .. "RuntimeError)"):format(ng, #self.min_lrs, ng), 2)
+      end
+      self.min_lrs = {}
+      for i = 1, ng do self.min_lrs[i] = self._default_min_lr end
+    end
     for i, g in ipairs(opt.param_groups) do
       local old = g.lr
-      local new = math.max(old * self.factor, self.min_lrs[i] or 0)
+      local new = math.max(old * self.factor, self.min_lrs[i])
       if old - new > self.eps then g.lr = new end
     end
     self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
