@@ -1,0 +1,48 @@
+-- Found on 2026-12-06 (stop 94): a differential fuzzer of the tensor ops against PyTorch 2.15
+-- (scripts/diff_ops_torch.py: random ops on non-contiguous views, broadcasting, 0-d and empty tensors, fp32/bf16/fp16,
+-- values and gradients). docs/robustness.md, "Tensor ops against PyTorch by a differential fuzzer (stop 94)".
+-- The expected values are torch's, from the python lines quoted beside each case (/opt/torch2/bin/python, torch 2.15).
+
+describe("masked_select broadcasts the tensor and the mask together (torch.masked_select)", function()
+  it("a mask larger than the tensor repeats its elements; the gradient sums back", function()
+    -- x = torch.tensor([[1., 2.]], requires_grad=True); m = torch.tensor([[1, 0], [1, 1], [0, 1]]).bool()
+    -- y = x.masked_select(m)  # [1, 1, 2, 2]; y.backward(torch.tensor([1., 2, 3, 4])); x.grad  # [[3, 7]]
+    local x = fp8.tensor { { 1, 2 } }:requires_grad_()
+    local y = x:masked_select(fp8.tensor { { 1, 0 }, { 1, 1 }, { 0, 1 } })
+    assert.are.same({ 1, 1, 2, 2 }, y:totable())
+    y:backward(fp8.tensor { 1, 2, 3, 4 })
+    assert.are.same({ { 3, 7 } }, x.grad:totable())
+  end)
+  it("a 0-d tensor under a 2-d mask, and a function form", function()
+    -- a = torch.tensor(5., requires_grad=True); y = a.masked_select(torch.tensor([[1, 0, 1], [1, 1, 1]]).bool())
+    -- y  # [5, 5, 5, 5, 5]; y.sum().backward(); a.grad  # 5
+    local a = fp8.tensor(5.0):requires_grad_()
+    local y = fp8.masked_select(a, fp8.tensor { { 1, 0, 1 }, { 1, 1, 1 } })
+    assert.are.same({ 5, 5, 5, 5, 5 }, y:totable())
+    y:sum():backward()
+    assert.are.equal(5, a.grad:item())
+  end)
+  it("shapes that do not broadcast are refused naming both", function()
+    local ok, err = pcall(function() return fp8.tensor { 1, 2, 3 }:masked_select(fp8.tensor { 1, 0 }) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("masked_select: the mask's shape [2] and the tensor's [3] do not broadcast together",
+      1, true))
+  end)
+end)
+
+describe("cat's left-out 1-d empty tensor still counts in the result's dtype (torch's type promotion)", function()
+  it("an fp32 torch.tensor([]) before a bf16 tensor gives fp32, the gradient reaching the bf16 one", function()
+    -- b = torch.tensor([1.5, 2.5]).bfloat16().requires_grad_(); y = torch.cat([torch.tensor([]), b])
+    -- y.dtype  # torch.float32; (y * torch.tensor([2., 3.])).sum().backward(); b.grad  # [2, 3]
+    local b = fp8.tensor { 1.5, 2.5 }:to("bf16"):requires_grad_()
+    local y = fp8.cat { fp8.tensor {}, b }
+    assert.are.equal("fp32", y:dtype())
+    assert.are.same({ 1.5, 2.5 }, y:totable())
+    ;(y * fp8.tensor { 2, 3 }):sum():backward()
+    assert.are.same({ 2, 3 }, b.grad:totable())
+    -- torch.cat([b, torch.tensor([]).half()]).dtype  # torch.float32
+    assert.are.equal("fp32", fp8.cat({ b, fp8.tensor({}):to("fp16") }):dtype())
+    -- torch.cat([torch.tensor([]).bfloat16(), b]).dtype  # torch.bfloat16
+    assert.are.equal("bf16", fp8.cat({ fp8.tensor({}):to("bf16"), b }):dtype())
+  end)
+end)
