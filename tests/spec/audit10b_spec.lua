@@ -63,3 +63,26 @@ describe("hypot's gradient beside an infinity (torch's x/h)", function()
     assert.is_true(math.abs(gb[4] - 0.8) < 1e-6)
   end)
 end)
+
+describe("remainder's gradient for the divisor is -g·(a // b), torch's floor division", function()
+  it("1 % 0.1 takes 9 of fp32's 0.1 (1/0.1 rounds up to 10), and -1.5 % inf takes -1", function()
+    -- a = torch.tensor([1.0, -1.4971, 7.0, 0.3, 5, -0.0, 3, 0, -0.5], requires_grad=True)
+    -- b = torch.tensor([0.1, inf, 0.7, 0.1, 0, 2, -2, -3, 4], requires_grad=True)
+    -- a.remainder(b).sum().backward(); b.grad  # [-9, 1, -10, -3, -inf, 0, 2, 0, 1]; a.grad  # all 1
+    local a = fp8.tensor { 1.0, -1.4971, 7.0, 0.3, 5, -0.0, 3, 0, -0.5 }:requires_grad_()
+    local b = fp8.tensor { 0.1, math.huge, 0.7, 0.1, 0, 2, -2, -3, 4 }:requires_grad_()
+    a:remainder(b):sum():backward()
+    local want = { -9, 1, -10, -3, -math.huge, 0, 2, 0, 1 }
+    local got = b.grad:totable()
+    for i = 1, #want do
+      assert.are.equal(want[i], got[i], "b.grad[" .. i .. "]")
+      if want[i] == 0 then assert.are.equal(1 / want[i], 1 / got[i], "the sign of b.grad[" .. i .. "]") end
+    end
+    assert.are.same({ 1, 1, 1, 1, 1, 1, 1, 1, 1 }, a.grad:totable())
+    -- x = torch.tensor([0.1, 0.7], requires_grad=True); (1.0 % x) has no derivative in torch (scalar first);
+    -- here -(1 // x): [-9, -1], the value 1 - (1 // x)·x's
+    local x = fp8.tensor { 0.1, 0.7 }:requires_grad_()
+    ;(1.0 % x):sum():backward()
+    assert.are.same({ -9, -1 }, x.grad:totable())
+  end)
+end)
