@@ -86,3 +86,22 @@ describe("remainder's gradient for the divisor is -g·(a // b), torch's floor di
     assert.are.same({ -9, -1 }, x.grad:totable())
   end)
 end)
+
+describe("cov and corrcoef of a single row are 0-d, as torch's (it squeezes the [1, 1] result)", function()
+  it("cov, its gradient, corrcoef", function()
+    -- x = torch.tensor([[1., 2, 4]], requires_grad=True); c = torch.cov(x); c  # tensor(2.3333), shape []
+    -- c.backward(); x.grad  # [[-1.3333, -0.3333, 1.6667]]; torch.corrcoef(x.detach())  # tensor(1.)
+    local x = fp8.tensor { { 1, 2, 4 } }:requires_grad_()
+    local c = fp8.cov(x)
+    assert.are.same({}, c:shape())
+    assert.is_true(math.abs(c:item() - 7 / 3) < 1e-6)
+    c:backward()
+    local g = x.grad:totable()[1]
+    for i, w in ipairs { -4 / 3, -1 / 3, 5 / 3 } do assert.is_true(math.abs(g[i] - w) < 1e-6) end
+    local r = fp8.corrcoef(x:detach())
+    assert.are.same({}, r:shape())
+    assert.are.equal(1, r:item())
+    -- torch.cov(torch.tensor([[1., 2, 4], [0, 1, 1]])).shape  # [2, 2]: two variables stay a matrix
+    assert.are.same({ 2, 2 }, fp8.cov(fp8.tensor { { 1, 2, 4 }, { 0, 1, 1 } }):shape())
+  end)
+end)
