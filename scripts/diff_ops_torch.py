@@ -1007,6 +1007,91 @@ def _misc(rng):
     return [a], f"fp8.diff(A, 1, {L(d)}):sum()", f"torch.diff(A, 1, {d}).sum()", True, 8
 
 
+@op("stats")
+def _stats(rng):
+    dt = rdtype(rng)
+    nm = rng.choice(["quantile", "cov", "corrcoef", "nan_to_num", "logit", "sinc", "searchsorted", "bucketize",
+                     "renorm", "cummax_sp", "frac", "heaviside", "logaddexp2", "float_power", "nanquantile",
+                     "var_mean", "dist", "cdist_p", "unique", "bincount", "isin", "clamp_min_t"])
+    if nm == "nanquantile":  # not offered by fp8lab
+        nm = "quantile"
+    if nm == "quantile":
+        s = rshape(rng, rng.randint(1, 3), allow0=False)
+        a = Operand(rng, s, "fp32", kind="special" if nm == "nanquantile" else "n")
+        q = rng.choice([0.0, 0.25, 0.5, 0.9, 1.0, 0.333])
+        it = rng.choice(["linear", "lower", "higher", "nearest", "midpoint"])
+        d = rng.randint(-len(s), len(s) - 1)
+        k = rng.random() < 0.5
+        return ([a], f"fp8.{nm}(A, {q}, {L(d)}, {{keepdim={fnum(k)}, interpolation='{it}'}})",
+                f"torch.{nm}(A, {q}, {d}, {k}, interpolation='{it}')", True, 8)
+    if nm in ("cov", "corrcoef"):
+        a = Operand(rng, [rng.randint(1, 4), rng.randint(2, 6)], "fp32")
+        return [a], f"fp8.{nm}(A)", f"torch.{nm}(A)", True, 64
+    if nm == "nan_to_num":
+        a = Operand(rng, rshape(rng), dt, kind="special")
+        return [a], "A:nan_to_num(0.5, 100, -100)", "A.nan_to_num(0.5, 100, -100)", True, 1
+    if nm == "logit":
+        a = Operand(rng, rshape(rng), "fp32", kind="pos")
+        a.vals = [v / 3.5 for v in a.vals]
+        e = rng.choice([None, 0.1])
+        return [a], f"A:logit({'' if e is None else e})", f"A.logit({'' if e is None else e})", True, 16
+    if nm in ("sinc", "frac"):
+        a = Operand(rng, rshape(rng), dt, kind="special")
+        return [a], f"A:{nm}()", f"A.{nm}()", True, 8
+    if nm in ("heaviside", "logaddexp2", "float_power", "clamp_min_t"):
+        s = rshape(rng)
+        a = Operand(rng, s, "fp32", kind="special" if nm != "float_power" else "pos")
+        b = Operand(rng, bcast_partner(rng, s), "fp32", kind="special" if nm != "float_power" else "n")
+        if nm == "float_power":
+            return [a, b], "A:float_power(B)", "A.float_power(B).float()", True, 8
+        if nm == "clamp_min_t":
+            return [a, b], "A:clamp_min(B)", "A.clamp_min(B)", True, 1
+        return [a, b], f"A:{nm}(B)", f"A.{nm}(B)", nm != "heaviside", 8
+    if nm in ("searchsorted", "bucketize"):
+        sorted_ = Operand(rng, [rng.randint(1, 9)], "fp32", views=False)
+        sorted_.vals = sorted(sorted_.vals)
+        sorted_.nograd = True
+        v = Operand(rng, rshape(rng, rng.randint(0, 2)), "fp32", kind="int")
+        v.nograd = True
+        r = rng.random() < 0.5
+        if nm == "searchsorted":
+            return [sorted_, v], f"fp8.searchsorted(A, B, {{right={fnum(r)}}})", f"torch.searchsorted(A, B, right={r}).float()", False, 1
+        return [v, sorted_], f"fp8.bucketize(A, B, {{right={fnum(r)}}})", f"torch.bucketize(A, B, right={r}).float()", False, 1
+    if nm == "renorm":
+        a = Operand(rng, [rng.randint(1, 4), rng.randint(1, 4)], "fp32")
+        return [a], "fp8.renorm(A, 2, 1, 1.0)", "torch.renorm(A, 2, 0, 1.0)", True, 16
+    if nm == "cummax_sp":
+        s = rshape(rng, rng.randint(1, 2), allow0=False)
+        a = Operand(rng, s, "fp32", kind="special")
+        d = rng.randint(-len(s), len(s) - 1)
+        return [a], f"{{A:cummax({L(d)})}}", f"tuple(A.cummax({d}))", True, 1
+    if nm == "var_mean":
+        s = rshape(rng, rng.randint(1, 3), allow0=False)
+        a = Operand(rng, s, dt)
+        d = rng.randint(-len(s), len(s) - 1)
+        return [a], f"{{fp8.var_mean(A, {L(d)})}}", f"tuple(torch.var_mean(A, {d}))", True, 16
+    if nm == "dist":
+        s = rshape(rng)
+        a, b = Operand(rng, s, "fp32"), Operand(rng, bcast_partner(rng, s), "fp32")
+        p = rng.choice([1, 2, 3, 0.5])
+        return [a, b], f"fp8.dist(A, B, {p})", f"torch.dist(A, B, {p})", True, 16
+    if nm == "cdist_p":
+        m, n, k = rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 5)
+        p = rng.choice([1.0, 3.0, 0.5])
+        return ([Operand(rng, [m, k], "fp32"), Operand(rng, [n, k], "fp32")], f"fp8.cdist(A, B, {p})",
+                f"torch.cdist(A, B, {p})", True, 32)
+    if nm == "unique":
+        a = Operand(rng, rshape(rng, rng.randint(1, 2)), "fp32", kind="int")
+        return [a], "{fp8.unique(A, {return_inverse=true, return_counts=true})}", "tuple(x.float() for x in torch.unique(A, return_inverse=True, return_counts=True))", False, 1
+    if nm == "bincount":
+        a = Operand(rng, [rng.randint(0, 9)], "fp32", kind="int")
+        a.vals = [abs(v) for v in a.vals]
+        return [a], "fp8.bincount(A)", "torch.bincount(A.long()).float()", False, 1
+    a = Operand(rng, rshape(rng), "fp32", kind="int")
+    b = Operand(rng, [rng.randint(1, 5)], "fp32", kind="int")
+    return [a, b], "fp8.isin(A, B)", "torch.isin(A, B).float()", False, 1
+
+
 # ---- running ---------------------------------------------------------------------------------------------------
 NAMES = "ABCD"
 
