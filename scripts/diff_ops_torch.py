@@ -4,8 +4,11 @@
 # run in torch here and in one fp8lab script; forward values, result shapes and dtypes, and for differentiable ops the
 # gradient of a weighted sum of the outputs reaching each base, are compared with a tolerance set by the dtype.
 # Needs torch (not CI): /opt/torch2/bin/python scripts/diff_ops_torch.py [--n 2000] [--seed 1] [--ops sum,var]
-import argparse, math, random, subprocess, sys, os, re
-import torch
+import argparse, math, random, subprocess, sys, os
+try:
+    import torch
+except ImportError:
+    sys.exit("diff_ops_torch.py needs PyTorch (run it with a python that has torch: /opt/torch2/bin/python here)")
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 EPS = {"fp32": 2.0 ** -23, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
