@@ -1095,6 +1095,137 @@ def _stats(rng):
     return [a, b], "fp8.isin(A, B)", "torch.isin(A, B).float()", False, 1
 
 
+@op("nn3")
+def _nn3(rng):
+    dt = rng.choice(["fp32", "fp32", "bf16"])
+    nm = rng.choice(["sdpa", "sdpa_mask", "linear", "bilinear", "ce_all", "nll_all", "gauss", "poisson", "smooth_beta",
+                     "huber_delta", "margin", "triplet", "cos_emb", "hinge", "soft_margin", "pairwise", "bce",
+                     "multi_margin", "emb_bag", "one_hot_ce", "mse_bcast", "log_softmax_nll"])
+    if nm in ("sdpa", "sdpa_mask"):
+        b, h, tq, tk, d = rng.randint(1, 2), rng.randint(1, 3), rng.randint(1, 5), rng.randint(1, 5), rng.randint(1, 8)
+        q, k, v = Operand(rng, [b, h, tq, d], dt), Operand(rng, [b, h, tk, d], dt), Operand(rng, [b, h, tk, d], dt)
+        if nm == "sdpa":
+            c = rng.random() < 0.5
+            sc = rng.choice([None, 0.3])
+            scl, scp = ("", "") if sc is None else (f", scale={sc}", f", scale={sc}")
+            return ([q, k, v], f"F.scaled_dot_product_attention(A, B, C, {{is_causal={fnum(c)}{scl}}})",
+                    f"F.scaled_dot_product_attention(A, B, C, is_causal={c}{scp})", True, 64)
+        m = Operand(rng, bcast_partner(rng, [b, h, tq, tk])[-2:], dt)
+        m.nograd = True
+        return ([q, k, v, m], "F.scaled_dot_product_attention(A, B, C, {attn_mask=D})",
+                "F.scaled_dot_product_attention(A, B, C, attn_mask=D)", True, 64)
+    if nm == "linear":
+        s = rshape(rng, rng.randint(1, 3), allow0=False)
+        o = rng.randint(1, 5)
+        x, w, bb = Operand(rng, s, dt), Operand(rng, [o, s[-1]], dt), Operand(rng, [o], dt)
+        if rng.random() < 0.3:
+            return [x, w], "F.linear(A, B)", "F.linear(A, B)", True, 32
+        return [x, w, bb], "F.linear(A, B, C)", "F.linear(A, B, C)", True, 32
+    if nm == "bilinear":
+        n, i1, i2, o = rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 3)
+        return ([Operand(rng, [n, i1], "fp32"), Operand(rng, [n, i2], "fp32"), Operand(rng, [o, i1, i2], "fp32"),
+                 Operand(rng, [o], "fp32")], "F.bilinear(A, B, C, D)", "F.bilinear(A, B, C, D)", True, 32)
+    red = rng.choice(["mean", "sum", "none"])
+    if nm in ("ce_all", "nll_all", "log_softmax_nll"):
+        nb, c = rng.randint(1, 6), rng.randint(2, 5)
+        x = Operand(rng, [nb, c], dt)
+        t = Operand(rng, [nb], "fp32")
+        ig = rng.randrange(c)
+        t.vals = [float(rng.randrange(c)) for _ in t.vals]
+        t.nograd = True
+        w = Operand(rng, [c], dt, kind="pos", views=False)
+        w.nograd = True
+        if nm == "ce_all":
+            ls = rng.choice([0.0, 0.25])
+            return ([x, t, w], f"F.cross_entropy(A, B, {{weight=C, ignore_index={ig}, reduction='{red}', label_smoothing={ls}}})",
+                    f"F.cross_entropy(A, B.long(), weight=C, ignore_index={ig}, reduction='{red}', label_smoothing={ls})", True, 16)
+        if nm == "log_softmax_nll":
+            return ([x, t], f"F.nll_loss(F.log_softmax(A, 2), B, {{reduction='{red}'}})",
+                    f"F.nll_loss(F.log_softmax(A, 1), B.long(), reduction='{red}')", True, 16)
+        return ([x, t, w], f"F.nll_loss(A, B, {{weight=C, ignore_index={ig}, reduction='{red}'}})",
+                f"F.nll_loss(A, B.long(), weight=C, ignore_index={ig}, reduction='{red}')", True, 16)
+    s = rshape(rng, rng.randint(1, 3), allow0=False)
+    if nm == "gauss":
+        x, y, v = Operand(rng, s, dt), Operand(rng, s, dt), Operand(rng, s, dt, kind="pos")
+        f = rng.random() < 0.5
+        return ([x, y, v], f"F.gaussian_nll_loss(A, B, C, {{full={fnum(f)}, reduction='{red}'}})",
+                f"F.gaussian_nll_loss(A, B, C, full={f}, reduction='{red}')", True, 16)
+    if nm == "poisson":
+        li = rng.random() < 0.5
+        x, y = Operand(rng, s, dt, kind="n" if li else "pos"), Operand(rng, s, dt, kind="pos")
+        f = rng.random() < 0.5
+        return ([x, y], f"F.poisson_nll_loss(A, B, {{log_input={fnum(li)}, full={fnum(f)}, reduction='{red}'}})",
+                f"F.poisson_nll_loss(A, B, log_input={li}, full={f}, reduction='{red}')", True, 16)
+    if nm in ("smooth_beta", "huber_delta"):
+        x, y = Operand(rng, s, dt), Operand(rng, s, dt)
+        p = rng.choice([0.5, 1.0, 2.0, 0.0]) if nm == "smooth_beta" else rng.choice([0.5, 1.0, 2.0])
+        fn, k = ("smooth_l1_loss", "beta") if nm == "smooth_beta" else ("huber_loss", "delta")
+        return [x, y], f"F.{fn}(A, B, {{{k}={p}, reduction='{red}'}})", f"F.{fn}(A, B, {k}={p}, reduction='{red}')", True, 16
+    if nm == "mse_bcast":
+        x, y = Operand(rng, s, dt), Operand(rng, s, dt)
+        return [x, y], f"F.mse_loss(A, B, {{reduction='{red}'}})", f"F.mse_loss(A, B, reduction='{red}')", True, 16
+    if nm == "bce":
+        x, y = Operand(rng, s, dt, kind="pos"), Operand(rng, s, dt, kind="mask")
+        x.vals = [v / 3.2 for v in x.vals]
+        y.nograd = False
+        return [x, y], f"F.binary_cross_entropy(A, B, {{reduction='{red}'}})", f"F.binary_cross_entropy(A, B, reduction='{red}')", True, 16
+    if nm in ("margin", "cos_emb", "hinge", "soft_margin"):
+        n = rng.randint(1, 5)
+        y = Operand(rng, [n], "fp32")
+        y.vals = [rng.choice([1.0, -1.0]) for _ in y.vals]
+        y.nograd = True
+        if nm == "margin":
+            m = rng.choice([0.0, 0.5])
+            return ([Operand(rng, [n], dt), Operand(rng, [n], dt), y], f"F.margin_ranking_loss(A, B, C, {{margin={m}, reduction='{red}'}})",
+                    f"F.margin_ranking_loss(A, B, C, margin={m}, reduction='{red}')", True, 8)
+        if nm == "cos_emb":
+            d = rng.randint(1, 4)
+            return ([Operand(rng, [n, d], "fp32"), Operand(rng, [n, d], "fp32"), y], f"F.cosine_embedding_loss(A, B, C, {{margin=0.2, reduction='{red}'}})",
+                    f"F.cosine_embedding_loss(A, B, C, margin=0.2, reduction='{red}')", True, 16)
+        if nm == "hinge":
+            return ([Operand(rng, [n], dt), y], f"F.hinge_embedding_loss(A, B, {{margin=0.7, reduction='{red}'}})",
+                    f"F.hinge_embedding_loss(A, B, margin=0.7, reduction='{red}')", True, 8)
+        return ([Operand(rng, [n], dt), y], f"F.soft_margin_loss(A, B, {{reduction='{red}'}})",
+                f"F.soft_margin_loss(A, B, reduction='{red}')", True, 16)
+    if nm in ("triplet", "pairwise"):
+        n, d = rng.randint(1, 4), rng.randint(1, 5)
+        a, p_, q_ = Operand(rng, [n, d], "fp32"), Operand(rng, [n, d], "fp32"), Operand(rng, [n, d], "fp32")
+        if nm == "pairwise":
+            pp = rng.choice([1.0, 2.0, 3.0])
+            k = rng.random() < 0.5
+            return [a, p_], f"F.pairwise_distance(A, B, {pp}, 1e-6, {fnum(k)})", f"F.pairwise_distance(A, B, {pp}, 1e-6, {k})", True, 16
+        sw = rng.random() < 0.5
+        return ([a, p_, q_], f"F.triplet_margin_loss(A, B, C, {{margin=1.0, p=2, swap={fnum(sw)}, reduction='{red}'}})",
+                f"F.triplet_margin_loss(A, B, C, margin=1.0, p=2, swap={sw}, reduction='{red}')", True, 16)
+    if nm == "multi_margin":
+        n, c = rng.randint(1, 4), rng.randint(2, 5)
+        t = Operand(rng, [n], "fp32")
+        t.vals = [float(rng.randrange(c)) for _ in t.vals]
+        t.nograd = True
+        p = rng.choice([1, 2])
+        return ([Operand(rng, [n, c], "fp32"), t], f"F.multi_margin_loss(A, B, {{p={p}, reduction='{red}'}})",
+                f"F.multi_margin_loss(A, B.long(), p={p}, reduction='{red}')", True, 16)
+    if nm == "emb_bag":
+        w = Operand(rng, [rng.randint(2, 6), rng.randint(1, 4)], "fp32")
+        idx = Operand(rng, [rng.randint(1, 8)], "fp32", views=False)
+        idx.vals = [float(rng.randrange(w.shape[0])) for _ in idx.vals]
+        idx.nograd = True
+        nb = rng.randint(1, 3)
+        offs = sorted(rng.sample(range(len(idx.vals)), min(nb, len(idx.vals))))
+        offs[0] = 0
+        o = Operand(rng, [len(offs)], "fp32", views=False)
+        o.vals = [float(v) for v in offs]
+        o.nograd = True
+        mode = rng.choice(["sum", "mean", "max"])
+        return ([idx, w, o], f"F.embedding_bag(A, B, C, {{mode='{mode}'}})",
+                f"F.embedding_bag(A.long(), B, C.long(), mode='{mode}')", True, 8)
+    n, c = rng.randint(1, 4), rng.randint(2, 5)
+    t = Operand(rng, [n], "fp32")
+    t.vals = [float(rng.randrange(c)) for _ in t.vals]
+    t.nograd = True
+    return [t], f"F.one_hot(A, {c})", f"F.one_hot(A.long(), {c}).float()", False, 1
+
+
 # ---- running ---------------------------------------------------------------------------------------------------
 NAMES = "ABCD"
 
@@ -1266,7 +1397,8 @@ def main():
                 for key, tv in alt.items():
                     w = tres[i][0][key].detach().double().reshape(-1).tolist()
                     g = tv.detach().double().reshape(-1).tolist()
-                    if close(g, w, "fp32", 1) is not None:
+                    wdt = max([a.dtype for a in ins], key=lambda d: EPS[d])
+                    if close(g, w, wdt, tol) is not None:
                         torch_odd += 1
                         print(f"--- case {i} {nm}: torch differs from itself on contiguous operands: {pexpr}")
                         tres[i] = ("error", "torch inconsistent")

@@ -105,3 +105,21 @@ describe("cov and corrcoef of a single row are 0-d, as torch's (it squeezes the 
     assert.are.same({ 2, 2 }, fp8.cov(fp8.tensor { { 1, 2, 4 }, { 0, 1, 1 } }):shape())
   end)
 end)
+
+describe("scaled_dot_product_attention's attn_mask must broadcast to the scores (torch refuses more query rows)", function()
+  it("a [T, T] mask beside a one-token q is refused; masks that broadcast are taken", function()
+    -- q, k, v = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 3, 4), torch.randn(2, 3, 3, 4)
+    -- F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(2, 3))
+    --   RuntimeError: output with shape [2, 3, 1, 3] doesn't match the broadcast shape [2, 3, 2, 3]
+    -- (fp8lab returned a [2, 3, 2, 4] output, two query rows for one)
+    local F = fp8.nn.functional
+    local q, k, v = fp8.randn { 2, 3, 1, 4 }, fp8.randn { 2, 3, 3, 4 }, fp8.randn { 2, 3, 3, 4 }
+    local ok, err = pcall(F.scaled_dot_product_attention, q, k, v, { attn_mask = fp8.zeros { 2, 3 } })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("attn_mask [2, 3] does not broadcast to the scores [B, H, Tq, Tk] = [2, 3, 1, 3]",
+      1, true))
+    for _, m in ipairs { fp8.zeros { 1, 3 }, fp8.zeros { 3, 1, 3 }, fp8.zeros { 2, 1, 1, 1 } } do
+      assert.are.same({ 2, 3, 1, 4 }, F.scaled_dot_product_attention(q, k, v, { attn_mask = m }):shape())
+    end
+  end)
+end)
