@@ -1226,6 +1226,63 @@ def _nn3(rng):
     return [t], f"F.one_hot(A, {c})", f"F.one_hot(A.long(), {c}).float()", False, 1
 
 
+@op("inplace2")
+def _inplace2(rng):
+    s = rshape(rng, rng.randint(1, 3), allow0=False)
+    a = Operand(rng, s, rdtype(rng))
+    n = len(s)
+    d = rng.randint(-n, n - 1)
+    dd = d % n
+    nm = rng.choice(["index_add_", "index_fill_", "index_copy_", "scatter_", "scatter_add_", "add_alpha", "lerp_",
+                     "fill_", "zero_", "mul_s", "copy_t"])
+    if nm in ("index_add_", "index_copy_"):
+        k = rng.randint(1, s[dd])
+        idx = Operand(rng, [k], "fp32", views=False)
+        idx.vals = [float(v) for v in rng.sample(range(s[dd]), k)]
+        idx.nograd = True
+        ssz = list(s)
+        ssz[dd] = k
+        src = Operand(rng, ssz, a.dtype)
+        return [a, idx, src], ("INPLACE", f"V:{nm}({L(d)}, B, C)"), ("INPLACE", f"V.{nm}({d}, B.long(), C)"), False, 2
+    if nm == "index_fill_":
+        idx = Operand(rng, [rng.randint(1, 3)], "fp32", views=False)
+        idx.vals = [float(rng.randrange(s[dd])) for _ in idx.vals]
+        idx.nograd = True
+        return [a, idx], ("INPLACE", f"V:index_fill_({L(d)}, B, -3.5)"), ("INPLACE", f"V.index_fill_({d}, B.long(), -3.5)"), False, 1
+    if nm in ("scatter_", "scatter_add_"):
+        isz = list(s)
+        isz[dd] = rng.randint(1, s[dd])
+        other = [x for i, x in enumerate(isz) if i != dd]
+        rows = 1
+        for x in other:
+            rows *= x
+        perm = [rng.sample(range(s[dd]), isz[dd]) for _ in range(rows)]
+        pi = torch.tensor(perm, dtype=torch.float32).reshape(other + [isz[dd]]).movedim(-1, dd).contiguous()
+        idx = Operand(rng, isz, "fp32", views=False)
+        idx.vals = pi.reshape(-1).tolist()
+        idx.nograd = True
+        src = Operand(rng, isz, a.dtype)
+        return [a, idx, src], ("INPLACE", f"V:{nm}({L(d)}, B, C)"), ("INPLACE", f"V.{nm}({d}, B.long(), C)"), False, 2
+    b = Operand(rng, s, a.dtype)
+    if nm == "add_alpha":
+        return [a, b], ("INPLACE", "V:add_(B, 0.37)"), ("INPLACE", "V.add_(B, alpha=0.37)"), False, 4
+    if nm == "lerp_":
+        return [a, b], ("INPLACE", "V:lerp_(B, 0.3)"), ("INPLACE", "V.lerp_(B, 0.3)"), False, 4
+    if nm == "fill_":
+        return [a, b], ("INPLACE", "V:fill_(2.5)"), ("INPLACE", "V.fill_(2.5)"), False, 1
+    if nm == "zero_":
+        return [a, b], ("INPLACE", "V:zero_()"), ("INPLACE", "V.zero_()"), False, 1
+    if nm == "mul_s":
+        return [a, b], ("INPLACE", "V:mul_(-1.5)"), ("INPLACE", "V.mul_(-1.5)"), False, 1
+    if nm == "copy_t":
+        c = Operand(rng, s[::-1], rdtype(rng))
+        perm = list(range(n))[::-1]
+        return ([a, c], ("INPLACE", "V:copy_(B:permute(" + ", ".join(str(p + 1) for p in perm) + "))"),
+                ("INPLACE", f"V.copy_(B.permute({perm}))"), False, 1)
+    c = Operand(rng, s, a.dtype)
+    return [a, b, c], ("INPLACE", "V:addcmul_(B, C, 0.5)"), ("INPLACE", "V.addcmul_(B, C, value=0.5)"), False, 4
+
+
 # ---- running ---------------------------------------------------------------------------------------------------
 NAMES = "ABCD"
 
