@@ -1283,6 +1283,74 @@ def _inplace2(rng):
     return [a, b, c], ("INPLACE", "V:addcmul_(B, C, 0.5)"), ("INPLACE", "V.addcmul_(B, C, value=0.5)"), False, 4
 
 
+@op("nn4")
+def _nn4(rng):
+    dt = rng.choice(["fp32", "fp32", "bf16"])
+    nm = rng.choice(["trilinear", "area3", "avg_div", "max_idx", "adaptive_odd", "interp_size1", "lrn", "pixel_un",
+                     "conv1d_same_even", "max_pool1d_ceil", "celu", "prelu", "hardshrink", "logsigmoid"])
+    if nm == "trilinear":
+        x = Operand(rng, [1, rng.randint(1, 2), rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 4)], dt)
+        sz = [rng.randint(1, 6) for _ in range(3)]
+        ac = rng.random() < 0.5
+        return ([x], f"F.interpolate(A, {{size={llist(sz)}, mode='trilinear', align_corners={fnum(ac)}}})",
+                f"F.interpolate(A, size={sz}, mode='trilinear', align_corners={ac})", True, 64)
+    if nm == "area3":
+        x = Operand(rng, [1, rng.randint(1, 2), rng.randint(1, 9), rng.randint(1, 9)], dt)
+        sz = [rng.randint(1, 7), rng.randint(1, 7)]
+        return [x], f"F.interpolate(A, {{size={llist(sz)}, mode='area'}})", f"F.interpolate(A, size={sz}, mode='area')", True, 16
+    if nm == "interp_size1":
+        x = Operand(rng, [1, 1, rng.randint(1, 3), rng.randint(1, 3)], dt)
+        mode = rng.choice(["bilinear", "bicubic", "nearest"])
+        sz = [rng.randint(1, 5), rng.randint(1, 5)]
+        if mode == "nearest":
+            return [x], f"F.interpolate(A, {{size={llist(sz)}}})", f"F.interpolate(A, size={sz})", True, 1
+        return ([x], f"F.interpolate(A, {{size={llist(sz)}, mode='{mode}', align_corners=true}})",
+                f"F.interpolate(A, size={sz}, mode='{mode}', align_corners=True)", True, 64)
+    if nm == "avg_div":
+        x = Operand(rng, [1, rng.randint(1, 2), rng.randint(3, 8), rng.randint(3, 8)], dt)
+        k, dv = rng.randint(1, 3), rng.choice([1, 2, 5])
+        return [x], f"F.avg_pool2d(A, {k}, {{divisor_override={dv}}})", f"F.avg_pool2d(A, {k}, divisor_override={dv})", True, 8
+    if nm == "max_idx":
+        x = Operand(rng, [1, rng.randint(1, 2), rng.randint(3, 8), rng.randint(3, 8)], dt)
+        k, st, pd = rng.randint(2, 3), rng.randint(1, 2), rng.randint(0, 1)
+        return ([x], f"{{F.max_pool2d(A, {k}, {{stride={st}, padding={pd}, return_indices=true}})}}",
+                f"tuple(F.max_pool2d(A, {k}, stride={st}, padding={pd}, return_indices=True))", True, 1)
+    if nm == "adaptive_odd":
+        x = Operand(rng, [1, rng.randint(1, 2), rng.randint(1, 11), rng.randint(1, 11)], dt)
+        o = [rng.randint(1, 12), rng.randint(1, 12)]
+        fn = rng.choice(["adaptive_avg_pool2d", "adaptive_max_pool2d"])
+        return [x], f"F.{fn}(A, {llist(o)})", f"F.{fn}(A, {o})", True, 8
+    if nm == "lrn":
+        x = Operand(rng, [rng.randint(1, 2), rng.randint(1, 6), rng.randint(1, 4)], "fp32")
+        sz = rng.randint(1, 5)
+        return [x], f"F.local_response_norm(A, {sz})", f"F.local_response_norm(A, {sz})", True, 32
+    if nm == "pixel_un":
+        r = rng.randint(1, 3)
+        x = Operand(rng, [1, rng.randint(1, 2), r * rng.randint(1, 3), r * rng.randint(1, 3)], dt)
+        return [x], f"F.pixel_unshuffle(A, {r})", f"F.pixel_unshuffle(A, {r})", True, 1
+    if nm == "conv1d_same_even":
+        k = rng.choice([2, 4])
+        x = Operand(rng, [1, 2, rng.randint(3, 9)], dt)
+        w = Operand(rng, [3, 2, k], dt)
+        dl = rng.randint(1, 2)
+        return [x, w], f"F.conv1d(A, B, nil, {{padding='same', dilation={dl}}})", f"F.conv1d(A, B, None, padding='same', dilation={dl})", True, 32
+    if nm == "max_pool1d_ceil":
+        x = Operand(rng, [1, 2, rng.randint(2, 12)], dt, kind="special")
+        k, st = rng.randint(1, 4), rng.randint(1, 3)
+        pd = rng.randint(0, k // 2)
+        return ([x], f"F.max_pool1d(A, {k}, {{stride={st}, padding={pd}, ceil_mode=true}})",
+                f"F.max_pool1d(A, {k}, stride={st}, padding={pd}, ceil_mode=True)", True, 1)
+    x = Operand(rng, rshape(rng), dt, kind="special")
+    if nm == "prelu":
+        if len(x.shape) < 2:
+            return [x], "F.celu(A)", "F.celu(A)", True, 8
+        w = Operand(rng, [x.shape[1]], dt)
+        return [x, w], "F.prelu(A, B)", "F.prelu(A, B)", True, 4
+    if nm == "rrelu_eval":
+        return [x], "F.rrelu(A, 0.1, 0.3, false)", "F.rrelu(A, 0.1, 0.3, False)", True, 4
+    return [x], f"F.{nm}(A)", f"F.{nm}(A)", True, 8
+
+
 # ---- running ---------------------------------------------------------------------------------------------------
 NAMES = "ABCD"
 
