@@ -69,12 +69,60 @@ static fl_status atan2_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor
     return st;
 }
 
-/* fmod's and remainder's gradient for the divisor, torch's: -g·trunc(a/b) (fmod) or -g·floor(a/b) (remainder) */
+/* torch's floor division of floats (div_floor_floating, Python's //), in fp32: d = (a − fmod(a, b)) / b, one less
+ * where the fmod is nonzero with a sign other than b's, rounded to the nearest whole number (d is one up to its
+ * rounding); a/b where b is 0. It is not floor(a/b): 1/0.1 rounds up to 10 in fp32 while 1 // 0.1 is 9 (the 0.1
+ * of fp32 is a little above 0.1), and -1.5 // inf is -1 where floor(-1.5/inf) is -0. */
+static fl_status floor_div(fl_tensor **out, const fl_tensor *a0, const fl_tensor *b0) {
+    fl_tensor *a = NULL, *b = NULL, *m = NULL, *d = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *off = NULL, *f = NULL;
+    fl_tensor *z = NULL, *q = NULL;
+    fl_status st = a0->dtype == FL_F32 ? (a = fl_tensor_retain((fl_tensor *)a0), FL_OK) : fl_tensor_to(&a, a0, FL_F32);
+    if (st == FL_OK) st = b0->dtype == FL_F32 ? (b = fl_tensor_retain((fl_tensor *)b0), FL_OK) : fl_tensor_to(&b, b0, FL_F32);
+    if (st == FL_OK) st = fl_binary_raw(&m, FL_OP_FMOD, a, b);
+    if (st == FL_OK) st = fl_binary_raw(&t1, FL_OP_SUB, a, m);
+    if (st == FL_OK) st = fl_binary_raw(&d, FL_OP_DIV, t1, b);                        /* (a − mod) / b */
+    if (st == FL_OK) { fl_tensor_release(t1); t1 = NULL; st = fl_binary_scalar_raw(&t1, FL_OP_LT, b, 0.0, false); }
+    if (st == FL_OK) st = fl_binary_scalar_raw(&t2, FL_OP_LT, m, 0.0, false);
+    if (st == FL_OK) st = fl_binary_raw(&t3, FL_OP_NE, t1, t2);                       /* the signs differ */
+    if (st == FL_OK) { fl_tensor_release(t1); t1 = NULL; st = fl_binary_scalar_raw(&t1, FL_OP_NE, m, 0.0, false); }
+    if (st == FL_OK) st = fl_binary_raw(&off, FL_OP_MUL, t1, t3);
+    if (st == FL_OK) { fl_tensor_release(t1); t1 = NULL; st = fl_binary_raw(&t1, FL_OP_SUB, d, off); }
+    if (st == FL_OK) st = fl_unary_raw(&f, FL_OP_FLOOR, t1);
+    if (st == FL_OK) { fl_tensor_release(t2); t2 = NULL; st = fl_binary_raw(&t2, FL_OP_SUB, t1, f); }
+    if (st == FL_OK) { fl_tensor_release(t3); t3 = NULL; st = fl_binary_scalar_raw(&t3, FL_OP_GT, t2, 0.5, false); }
+    if (st == FL_OK) { fl_tensor_release(t2); t2 = NULL; st = fl_binary_raw(&t2, FL_OP_ADD, f, t3); }   /* rounded */
+    /* the where() ops below leave -0 where their mask is 0, which the sum of a pair of them takes away (x + -0 = x) */
+    if (st == FL_OK) st = fl_binary_raw(&q, FL_OP_DIV, a, b);
+    /* a zero quotient takes a/b's sign (torch's copysign(0, a / b)) */
+    if (st == FL_OK) { fl_tensor_release(d); d = NULL; st = fl_binary_scalar_raw(&d, FL_OP_EQ, t2, 0.0, false); }
+    if (st == FL_OK) { fl_tensor_release(t1); t1 = NULL; st = fl_binary_scalar_raw(&t1, FL_OP_MUL, q, 0.0, false); }
+    if (st == FL_OK) { fl_tensor_release(t3); t3 = NULL; st = fl_binary_raw(&t3, FL_OP_WHERE, d, t1); }
+    if (st == FL_OK) { fl_tensor_release(m); m = NULL; st = fl_binary_scalar_raw(&m, FL_OP_SUB, d, 1.0, true); }
+    if (st == FL_OK) { fl_tensor_release(f); f = NULL; st = fl_binary_raw(&f, FL_OP_WHERE, m, t2); }
+    if (st == FL_OK) { fl_tensor_release(t2); t2 = NULL; st = fl_binary_raw(&t2, FL_OP_ADD, t3, f); }
+    /* b = 0: a/b (±inf, or NaN at 0/0), as torch's */
+    if (st == FL_OK) st = fl_binary_scalar_raw(&z, FL_OP_EQ, b, 0.0, false);
+    if (st == FL_OK) { fl_tensor_release(t1); t1 = NULL; st = fl_binary_raw(&t1, FL_OP_WHERE, z, q); }
+    if (st == FL_OK) { fl_tensor_release(t3); t3 = NULL; st = fl_binary_scalar_raw(&t3, FL_OP_SUB, z, 1.0, true); }
+    if (st == FL_OK) { fl_tensor_release(f); f = NULL; st = fl_binary_raw(&f, FL_OP_WHERE, t3, t2); }
+    if (st == FL_OK) st = fl_binary_raw(out, FL_OP_ADD, t1, f);
+    fl_tensor *all[] = { a, b, m, d, t1, t2, t3, off, f, z, q };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
+    return st;
+}
+
+/* fmod's and remainder's gradient for the divisor, torch's: -g·trunc(a/b) (fmod) or -g·(a // b) (remainder: torch's
+ * floor division, which the remainder's value a − (a // b)·b is made of) */
 static fl_status divisor_grad(fl_tensor **out, const fl_tensor *g, const fl_tensor *a, const fl_tensor *b,
                               fl_binop op) {
     fl_tensor *q = NULL, *r = NULL, *p = NULL;
-    fl_status st = fl_binary_raw(&q, FL_OP_DIV, a, b);
-    if (st == FL_OK) st = fl_unary_raw(&r, op == FL_OP_FMOD ? FL_OP_TRUNC : FL_OP_FLOOR, q);
+    fl_status st = FL_OK;
+    if (op == FL_OP_FMOD) {
+        st = fl_binary_raw(&q, FL_OP_DIV, a, b);
+        if (st == FL_OK) st = fl_unary_raw(&r, FL_OP_TRUNC, q);
+    } else {
+        st = floor_div(&r, a, b);
+    }
     if (st == FL_OK) st = fl_binary_raw(&p, FL_OP_MUL, g, r);
     if (st == FL_OK) st = fl_unary_raw(out, FL_OP_NEG, p);
     fl_tensor_release(q);

@@ -1202,10 +1202,16 @@ static int l_cat(lua_State *L) {
     fl_tensor **ts = fl_lchecktensorlist(L, 1, "cat", &n);   /* pushes the array's owner */
     if (n == 0) return luaL_error(L, "cat: expected a non-empty list of tensors");
     /* torch's legacy rule: a 1-d empty tensor ([0], torch.tensor([]): the accumulator a loop starts from) beside
-     * tensors of another shape is left out (it takes no gradient then); the others keep their order */
-    int kept = 0;
+     * tensors of another shape is left out (it takes no gradient then); the others keep their order. Its dtype
+     * still counts, as torch's type promotion takes every tensor of the list: a bf16 tensor after an fp32
+     * torch.tensor([]) gives fp32 (mixed dtypes give fp32, as fl_cat's own rule) */
+    int kept = 0, widen = 0;
     for (int i = 0; i < n; i++) kept += !(ts[i]->ndim == 1 && ts[i]->shape[0] == 0);
     if (kept > 0 && kept < n) {
+        for (int i = 1; i < n; i++)
+            if (ts[i]->dtype != ts[0]->dtype && (ts[i]->dtype == FL_F32 || ts[i]->dtype == FL_BF16 ||
+                                                 ts[i]->dtype == FL_F16))
+                widen = 1;
         int k = 0;
         for (int i = 0; i < n; i++)
             if (!(ts[i]->ndim == 1 && ts[i]->shape[0] == 0)) ts[k++] = ts[i];
@@ -1222,6 +1228,10 @@ static int l_cat(lua_State *L) {
     }
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_cat(slot, n, (const fl_tensor *const *)ts, dim));
+    if (widen && (*slot)->dtype != FL_F32 && ((*slot)->dtype == FL_BF16 || (*slot)->dtype == FL_F16)) {
+        fl_tensor **wide = fl_lnewbox(L);   /* the narrow result's box goes with the garbage */
+        FL_LCALL(L, fl_to(wide, *slot, FL_F32));
+    }
     return 1;
 }
 

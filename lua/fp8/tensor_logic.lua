@@ -118,23 +118,38 @@ local function positions(m)
   return pos
 end
 
--- masked_select(mask): torch's x[mask] — x's elements where mask (broadcast to x's shape) is nonzero, as a 1-d
--- tensor in row-major order; the gradient goes back to those elements (index_select's backward)
+-- the shape a and b broadcast to (numpy's rule), or nil
+local function broadcast_shape(a, b)
+  local sa, sb, out = a:shape(), b:shape(), {}
+  local n = math.max(#sa, #sb)
+  for i = 1, n do
+    local x, y = sa[#sa - n + i] or 1, sb[#sb - n + i] or 1
+    if x ~= y and x ~= 1 and y ~= 1 then return nil end
+    out[i] = x == 1 and y or x
+  end
+  return out
+end
+
+-- masked_select(mask): torch's x[mask] — x's elements where mask is nonzero, as a 1-d tensor in row-major order;
+-- x and mask broadcast together, as torch's (a mask of more dims or larger sizes than x repeats x's elements:
+-- before stop 94 only a mask that broadcast to x's shape was taken); the gradient goes back to those elements
+-- (index_select's backward, then expand's sum)
 Tensor.masked_select = at_caller(function(t, mask, ...)
   no_more("masked_select", "(mask)", ...)
   check_not_fp8("masked_select", check_self("masked_select", t))
   local m = other("masked_select", mask, "the mask")
-  local n = t:numel()
+  local shape = broadcast_shape(t, m)
+  if not shape then
+    error(("masked_select: the mask's shape %s and the tensor's %s do not broadcast together"):format(
+      m:shape_str(), t:shape_str()))
+  end
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
   if n > 2 ^ 24 then   -- the positions are fp32 whole numbers, exact up to 2^24
     error(("masked_select: %d elements, more than 2^24"):format(n))
   end
-  local ok, e = pcall(function() return m:expand(t:shape()) end)
-  if not ok then
-    error(("masked_select: a mask of shape %s does not broadcast to the tensor's %s"):format(m:shape_str(),
-      t:shape_str()))
-  end
-  local pos = positions(e)
-  return t:reshape(-1):index_select(1, core.tensor(#pos > 0 and pos or {}, "fp32"):reshape(#pos))
+  local pos = positions(m:expand(shape))
+  return t:expand(shape):reshape(-1):index_select(1, core.tensor(#pos > 0 and pos or {}, "fp32"):reshape(#pos))
 end)
 
 -- nonzero() / argwhere(): torch's, the 0-based indices of the nonzero elements (NaN counts), one row each, [n, dim]

@@ -214,7 +214,8 @@ Tensor.cov = at_caller(function(t, o, ...)
   local N = x:size(2)
   local centred = x - x:mean(2, true)
   local r = centred:matmul(centred:t()) / math.max(N - c, 0)
-  if t:dim() < 2 then return r:reshape({}) end
+  -- torch squeezes the [1, 1] result of one variable, a 1-d input or a single row (before stop 94 a row gave [1, 1])
+  if x:size(1) == 1 then return r:reshape({}) end
   return r
 end)
 Tensor.corrcoef = at_caller(function(t, ...)

@@ -1319,6 +1319,19 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if mask ~= nil and mask:dim() > q:dim() then   -- (it broadcast the output to the mask's extra dims)
     error(("%s: attn_mask %s has more dims than q %s"):format(N, mask:shape_str(), q:shape_str()), 2)
   end
+  if mask ~= nil then
+    -- the mask broadcasts to the scores, which keep their shape, as torch's: a mask of more query rows than q (a
+    -- [T, T] causal mask beside a one-token q) made the output that many rows long before stop 94
+    local scores = { B, H, q:size(3), k:size(3) }
+    local mr = mask:dim()
+    for d = 1, mr do
+      local m, want = mask:size(d), scores[4 - mr + d]
+      if m ~= 1 and m ~= want then
+        error(("%s: attn_mask %s does not broadcast to the scores [B, H, Tq, Tk] = [%d, %d, %d, %d]"):format(N,
+          mask:shape_str(), scores[1], scores[2], scores[3], scores[4]), 2)
+      end
+    end
+  end
   return in_dtype(at_caller(pcall(sdpa_written_out, q, k, v, opts)))
 end
 
