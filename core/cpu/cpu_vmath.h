@@ -63,7 +63,7 @@ static inline __attribute__((always_inline)) float fl_vm_exp_neg(float a) {
 }
 
 /* e^a over the whole float range (torch's exp): e^r = 1 + r·(1 + r·p(r)), the outer step one fused multiply-add, so
- * only the inner sum's rounding (scaled by |r| ≤ 0.35) and the last one remain: 0.86 ulp at worst
+ * only the inner sum's rounding (scaled by |r| ≤ 0.35) and the last one remain: 0.89 ulp at worst
  * (glibc's expf, 0.502, is a call per element that does not vectorise); then 2^k as two exact factors (subnormal
  * results rounded once, overflow to inf at the same point as the correctly rounded result). NaN stays itself, −inf
  * gives 0, +inf and anything above 89 inf. */
@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) float fl_vm_exp(float a) {
 
 /* ln x (torch's log): x = 2^e·m with m in [√½, √2) (a subnormal x scaled by 2^23 first), f = m − 1 exact, and
  * ln(1 + f) = f − f²/2 + f³·q(f), q of degree 7 (fitted for fp8lab as the others: ~0.1 ulp), e·ln 2 added last in
- * two parts (e·HI exact). 0.83 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a
+ * two parts (e·HI exact). 0.82 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a
  * negative NaN, ln(+inf) = +inf, a NaN stays itself. */
 static inline __attribute__((always_inline)) float fl_vm_log(float x) {
     const bool sub = x < 0x1p-126f;

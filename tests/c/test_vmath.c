@@ -45,7 +45,7 @@ enum { SIG, TANH, SILU, SILU_D, GELU, GELU_D, EXP, LOG, NF };
 static const char *const NAMES[NF] = { "sigmoid", "tanh", "silu", "silu'", "gelu", "gelu'", "exp", "log" };
 /* the worst measured over every float (FL_TEST_VMATH_ALL=1, 2026-12-06), rounded up: ulps of results from 2^-120,
  * and units of 2^-143 (2^-120's last place) below */
-static const double BARS[NF] = { 2.5, 1.5, 3.5, 4.5, 7.5, 4.5, 0.86, 0.83 }, TINY_BARS[NF] = { 1, 1, 2, 2, 3, 2, 1, 1 };
+static const double BARS[NF] = { 2.5, 1.5, 3.5, 4.5, 7.5, 4.5, 0.9, 0.83 }, TINY_BARS[NF] = { 1, 1, 2, 2, 3, 2, 1, 1 };
 
 static void check_float(worst_t *w, float x) {
     const double v = x;
