@@ -1,0 +1,74 @@
+-- Found on 2026-12-06 (stop 94) by review 10b of the session's Lua changes: the schedulers' refusal of writes to their
+-- settings, a group added mid-run, ReduceLROnPlateau's min_lrs, the Accelerator's scheduler wrapper.
+-- docs/robustness.md, "Review of stop 94's Lua changes (stop 94)". The expected values are torch's, printed by
+-- scripts/gen_review10b.py (/opt/torch2/bin/python scripts/gen_review10b.py, torch 2.15).
+
+local S = fp8.optim.lr_scheduler
+local function param() return fp8.zeros { 1 }:requires_grad_() end
+local function lrs(o)
+  local r = {}
+  for i, g in ipairs(o.param_groups) do r[i] = g.lr end
+  return r
+end
+local function close_rows(want, got, what)
+  assert.are.equal(#want, #got, what)
+  for t, row in ipairs(want) do
+    assert.are.equal(#row, #got[t], ("%s: step %d"):format(what, t))
+    for i, v in ipairs(row) do
+      assert.is_true(math.abs(v - got[t][i]) <= 1e-12, ("%s: step %d group %d: torch %s, got %s"):format(what, t, i,
+        tostring(v), tostring(got[t][i])))
+    end
+  end
+end
+
+describe("a scheduler's own settings, and other names", function()
+  it("a LambdaLR takes a field its lambda reads (torch's LambdaLR has no total_steps); each class refuses its own",
+    function()
+    -- gen_review10b.py's lambda_attribute: lambda t: 1 - t / s.total_steps, s.total_steps = 4: 0.75, 0.5, 0.25 (a
+    -- list of every class's settings refused it on any scheduler)
+    local o = fp8.optim.SGD({ param() }, { lr = 1 })
+    local s
+    s = S.LambdaLR(o, function(t) return s and 1 - t / s.total_steps or 1 end)
+    s.total_steps = 4
+    s.mode = "warmup"   -- (CyclicLR's setting; a field of a LambdaLR, as in torch)
+    local got = {}
+    for _ = 1, 3 do o:step(); s:step(); got[#got + 1] = o.param_groups[1].lr end
+    assert.are.same({ 0.75, 0.5, 0.25 }, got)
+    assert.are.equal("warmup", s.mode)
+    -- its own setting is still refused, as a StepLR's, a CosineAnnealingLR's
+    for _, c in ipairs { { s, "lr_lambdas" }, { S.StepLR(fp8.optim.SGD({ param() }, { lr = 1 }), 2), "gamma" },
+                         { S.CosineAnnealingLR(fp8.optim.SGD({ param() }, { lr = 1 }), 10), "eta_min" } } do
+      local ok, err = pcall(function() c[1][c[2]] = 1 end)
+      assert.is_false(ok, c[2])
+      assert.matches(c[1].name .. ": " .. c[2] .. " is set when the scheduler is made", err, 1, true)
+    end
+  end)
+
+  it("are shown as torch's attributes (StepLR's gamma, ...)", function()
+    -- gen_review10b.py's shown: [2, 0.5, 10, 0.01, 0.25, 1.0, 3, 6, 2.0] (they read nil here)
+    local function o() return fp8.optim.SGD({ param() }, { lr = 1 }) end
+    local st, ca = S.StepLR(o(), 2, 0.5), S.CosineAnnealingLR(o(), 10, 0.01)
+    local li, po = S.LinearLR(o(), 0.25, 1.0, 3), S.PolynomialLR(o(), 6, 2.0)
+    assert.are.same({ 2, 0.5, 10, 0.01, 0.25, 1.0, 3, 6, 2.0 }, { st.step_size, st.gamma, ca.T_max, ca.eta_min,
+      li.start_factor, li.end_factor, li.total_iters, po.total_iters, po.power })
+  end)
+
+  it("CosineAnnealingWarmRestarts refuses T_cur, which torch's get_lr reads (it was taken and ignored)", function()
+    local s = S.CosineAnnealingWarmRestarts(fp8.optim.SGD({ param() }, { lr = 1 }), 4)
+    s:step(); s:step()
+    local ok, err = pcall(function() s.T_cur = 0 end)
+    assert.is_false(ok)
+    assert.matches("CosineAnnealingWarmRestarts: T_cur follows from the step", err, 1, true)
+    assert.matches("sched:step(epoch)", err, 1, true)
+    assert.is_nil(rawget(s, "T_cur"))
+  end)
+
+  it("a write a prepared scheduler refuses names the writer's line, not the Accelerator's", function()
+    local acc = fp8.Accelerator {}
+    local p = acc:prepare(S.ExponentialLR(fp8.optim.SGD({ param() }, { lr = 1 }), 0.9))
+    local ok, err = pcall(function() p.gamma = 0.5 end)
+    assert.is_false(ok)
+    assert.matches("^[^\n]*review10b_spec%.lua:%d+: ExponentialLR: gamma is set", err)
+    assert.are.equal(0.9, p.gamma)
+  end)
+end)
