@@ -72,3 +72,63 @@ describe("a scheduler's own settings, and other names", function()
     assert.are.equal(0.9, p.gamma)
   end)
 end)
+
+describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", function()
+  it("keeps its lr, as torch's forms keep a group's lr past total_iters (it had 0)", function()
+    -- gen_review10b.py's added_past_end: SGD(lr=0.1), a group of lr 0.2 added before the sixth step
+    local want = { { 0.075 }, { 0.05 }, { 0.025 }, { 0.0 }, { 0.0 }, { 0.0, 0.2 }, { 0.0, 0.2 }, { 0.0, 0.2 } }
+    for name, mk in pairs { poly = function(o) return S.PolynomialLR(o, 4, 1.0) end,
+                            linear = function(o) return S.LinearLR(o, 1.0, 0.0, 4) end } do
+      local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
+      local s = mk(o)
+      local got = {}
+      for t = 0, 7 do
+        if t == 5 then o:add_param_group { params = { param() }, lr = 0.2 } end
+        o:step(); s:step()
+        got[#got + 1] = lrs(o)
+      end
+      close_rows(want, got, name)
+    end
+  end)
+
+  it("in a SequentialLR's PolynomialLR too", function()
+    -- gen_review10b.py's added_past_end seq: ExponentialLR(0.9), then PolynomialLR(3) from step 2; added before the
+    -- seventh step
+    local want = { { 0.09 }, { 0.1 }, { 0.066666666667 }, { 0.033333333333 }, { 0.0 }, { 0.0 }, { 0.0, 0.2 },
+                   { 0.0, 0.2 }, { 0.0, 0.2 }, { 0.0, 0.2 } }
+    local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
+    local s = S.SequentialLR(o, { S.ExponentialLR(o, 0.9), S.PolynomialLR(o, 3) }, { 2 })
+    local got = {}
+    for t = 0, 9 do
+      if t == 6 then o:add_param_group { params = { param() }, lr = 0.2 } end
+      o:step(); s:step()
+      local r = lrs(o)
+      for i, v in ipairs(r) do r[i] = math.floor(v * 1e12 + 0.5) / 1e12 end   -- (torch's rounded as printed)
+      got[#got + 1] = r
+    end
+    close_rows(want, got, "seq")
+  end)
+
+  it("keeps it through state_dict and load_state_dict (kept_groups), which checks it", function()
+    local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
+    local s = S.PolynomialLR(o, 3)
+    for _ = 1, 4 do s:step() end
+    o:add_param_group { params = { param() }, lr = 0.2 }
+    s:step()
+    local sd = s:state_dict()
+    assert.are.same({ 2 }, sd.kept_groups)
+    local o2 = fp8.optim.SGD({ param() }, { lr = 0.1 })
+    o2:add_param_group { params = { param() }, lr = 0.2 }
+    local s2 = S.PolynomialLR(o2, 3)
+    s2:load_state_dict(sd)
+    s2:step()
+    assert.are.same({ 0, 0.2 }, lrs(o2))
+    -- a state without it (any other scheduler's) has none
+    assert.is_nil(S.PolynomialLR(fp8.optim.SGD({ param() }, { lr = 0.1 }), 3):state_dict().kept_groups)
+    local bad = { last_epoch = 5, base_lrs = { 0.1, 0.2 }, kept_groups = { 3 } }
+    local ok, err = pcall(s2.load_state_dict, s2, bad)
+    assert.is_false(ok)
+    assert.matches("kept_groups must be absent or a list of group indices 1..2", err, 1, true)
+    assert.are.same({ 0, 0.2 }, lrs(o2))
+  end)
+end)

@@ -180,6 +180,9 @@ function Scheduler:get_lr()
   -- torch's; taken as the base it had 0.05, gamma applied for the steps before it joined); so too in a SequentialLR
   -- while such a schedule runs (torch's steps it). In the others (LambdaLR, the cosines, OneCycleLR, CyclicLR,
   -- transformers'), whose torch forms fail on a group added later, its lr is its base.
+  -- A group that joins a PolynomialLR or LinearLR past its end, where the factor is 0 (end_factor=0), keeps its lr:
+  -- torch's forms return the group's lr unchanged past total_iters (it had base · 0 = 0 before review 10b); its index
+  -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base.
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
@@ -192,13 +195,20 @@ function Scheduler:get_lr()
       if not ok then error(f, 0) end   -- (MultiplicativeLR's list of lambdas has none for it)
       -- (a factor of 0 leaves nothing to scale: the lr is the base then)
       if type(f) == "number" and f > 0 and f < math.huge then base = g.lr / f else base = g.lr end
+      if f == 0 and rawget(phase, "_keeps_past_end") then
+        local kept = rawget(self, "_kept") or {}
+        kept[i] = true
+        rawset(self, "_kept", kept)
+      end
     end
     self.base_lrs[i] = base
   end
   local out = {}
   local t = rawget(self, "_pos") or self.last_epoch
+  local kept = rawget(self, "_kept") or {}
   for i, base in ipairs(self.base_lrs) do
     local lr = self._lr_fn(t, base, i)
+    if lr == 0 and kept[i] then lr = base end
     if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
       error(("%s: the schedule gave group %d the learning rate %s at step %s (expected a finite number >= 0)"):format(
         self.name, i, tostring(lr), tostring(t)), 0)
@@ -278,9 +288,16 @@ local function schedule_probe(self)
   return out
 end
 
+-- kept_groups: the groups that joined a PolynomialLR or LinearLR past its end and keep their lr (get_lr), when any
+local function kept_list(self)
+  local kept, list = rawget(self, "_kept"), {}
+  for i = 1, #self.base_lrs do if kept and kept[i] then list[#list + 1] = i end end
+  return #list > 0 and list or nil
+end
+
 function Scheduler:state_dict()
   return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}),
-    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self) }
+    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self), kept_groups = kept_list(self) }
 end
 
 -- Why a state from state_dict() is not this scheduler's (another class, or settings that give other lrs), or nil
@@ -344,12 +361,27 @@ function Scheduler:load_state_dict(sd, strict)
       and ("absent or a number >= 0 whose floor is last_epoch (" .. tostring(sd.last_epoch) .. ")")
       or "absent (this schedule steps in whole steps)", O.got(pos)), 2)
   end
-  local prev_base, prev_epoch, prev_pos = self.base_lrs, self.last_epoch, rawget(self, "_pos")
+  local kept
+  if sd.kept_groups ~= nil then
+    local kg, ok = sd.kept_groups, type(sd.kept_groups) == "table"
+    kept = {}
+    for j = 1, ok and rawlen(kg) or 0 do
+      local i = rawget(kg, j)
+      ok = ok and math.type(i) == "integer" and i >= 1 and i <= ngroups
+      if ok then kept[i] = true end
+    end
+    if not ok then
+      error(("%s:load_state_dict: kept_groups must be absent or a list of group indices 1..%d, got %s"):format(
+        self.name, ngroups, O.got(sd.kept_groups)), 2)
+    end
+  end
+  local prev_base, prev_epoch, prev_pos, prev_kept = self.base_lrs, self.last_epoch, rawget(self, "_pos"),
+    rawget(self, "_kept")
   self.base_lrs = table.move(sd.base_lrs, 1, ngroups, 1, {})
-  self.last_epoch, self._pos = sd.last_epoch, pos
+  self.last_epoch, self._pos, self._kept = sd.last_epoch, pos, kept
   local ok, lrs = pcall(self.get_lr, self)
   if not ok then   -- (OneCycleLR past its total_steps) nothing changed
-    self.base_lrs, self.last_epoch, self._pos = prev_base, prev_epoch, prev_pos
+    self.base_lrs, self.last_epoch, self._pos, self._kept = prev_base, prev_epoch, prev_pos, prev_kept
     error(lrs, 2)
   end
   for i, g in ipairs(self.optimizer.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
@@ -566,7 +598,7 @@ function M.LinearLR(opt, opts, ...)
   return new("LinearLR", opt, function(epoch, base)
     local r = math.min(epoch, total) / total
     return base * (sf * (1 - r) + ef * r)
-  end, nil, false, nil, chain { start_factor = sf, end_factor = ef, total_iters = total })
+  end, nil, false, nil, chain { start_factor = sf, end_factor = ef, total_iters = total, _keeps_past_end = true })
 end
 
 -- ConstantLR(opt, {factor=1/3, total_iters=5}) or torch's ConstantLR(opt [, factor [, total_iters]]): base · factor
@@ -601,7 +633,7 @@ function M.PolynomialLR(opt, opts, ...)
   check_rate("PolynomialLR", "power", power)
   return new("PolynomialLR", opt, function(epoch, base)
     return base * (1 - math.min(total, epoch) / total) ^ power
-  end, nil, false, nil, chain { total_iters = total, power = power })
+  end, nil, false, nil, chain { total_iters = total, power = power, _keeps_past_end = true })
 end
 
 -- CosineAnnealingWarmRestarts(opt, {T_0, T_mult=1, eta_min=0}) or torch's (opt, T_0 [, T_mult [, eta_min]]): the
