@@ -132,3 +132,26 @@ describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", 
     assert.are.same({ 0, 0.2 }, lrs(o2))
   end)
 end)
+
+describe("ReduceLROnPlateau's min_lrs written by hand", function()
+  it("is checked when a step reduces: named, nothing changed (a number or a string was Lua's error here)", function()
+    for _, c in ipairs { { 0.01, "min_lrs must be a list of 2 numbers >= 0 (one per parameter group), got 0.01" },
+                         { { 0.01, "x" }, "min_lrs[2] must be a finite number >= 0, got \"x\"" },
+                         { { 0.01, -1 }, "min_lrs[2] must be a finite number >= 0, got -1" } } do
+      local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
+      local s = S.ReduceLROnPlateau(o, { patience = 0, min_lr = { 0.01 } })
+      s:step(1.0)
+      o:add_param_group { params = { param() }, lr = 0.2 }
+      s.min_lrs = c[1]
+      local before = { s.last_epoch, s.best, s.num_bad_epochs, s.cooldown_counter }
+      local ok, err = pcall(s.step, s, 2.0)
+      assert.is_false(ok)
+      assert.matches("ReduceLROnPlateau:step: " .. c[2], err, 1, true)
+      assert.are.same(before, { s.last_epoch, s.best, s.num_bad_epochs, s.cooldown_counter })
+      assert.are.same({ 0.1, 0.2 }, lrs(o))
+      s.min_lrs = { 0.01, 0.05 }
+      s:step(3.0)
+      assert.are.same({ 0.1 * 0.1, 0.05 }, lrs(o))   -- (0.1 · factor 0.1 is above min_lr 0.01 by a hair)
+    end
+  end)
+end)

@@ -1231,16 +1231,32 @@ function Plateau:step(metric)
     -- as one number, and refuses a min_lr given as a list (it has none for the group); here such a group's lr went
     -- down to 0 past a min_lr of 1e-3, and a list's missing entry was taken as 0 without a word
     local ng = #opt.param_groups
-    if #self.min_lrs ~= ng then
-      if self._default_min_lr == nil then
-        self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter = table.unpack(before)
-        error(("ReduceLROnPlateau:step: the optimizer has %d parameter groups, min_lr was given as a list of %d when "
-          .. "the scheduler was made (a group was added since); set sched.min_lrs to a list of %d (torch's "
-          .. "RuntimeError)"):format(ng, #self.min_lrs, ng), 2)
-      end
-      self.min_lrs = {}
-      for i = 1, ng do self.min_lrs[i] = self._default_min_lr end
+    local function refuse(msg)   -- nothing changed
+      self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter = table.unpack(before)
+      error("ReduceLROnPlateau:step: " .. msg, 3)
     end
+    -- sched.min_lrs as a user wrote it (the message below asks for it): a list of one number >= 0 per group (a
+    -- number, or a string in it, was Lua's own error in this file before review 10b, the step counted)
+    local ml = self.min_lrs
+    if type(ml) ~= "table" then
+      refuse(("min_lrs must be a list of %d numbers >= 0 (one per parameter group), got %s"):format(ng, O.got(ml)))
+    end
+    if rawlen(ml) ~= ng then
+      if self._default_min_lr == nil then
+        refuse(("the optimizer has %d parameter groups, min_lr was given as a list of %d when the scheduler was "
+          .. "made (a group was added since); set sched.min_lrs to a list of %d (torch's RuntimeError)")
+          :format(ng, rawlen(ml), ng))
+      end
+      ml = {}
+      for i = 1, ng do ml[i] = self._default_min_lr end
+    end
+    for i = 1, ng do
+      local v = rawget(ml, i)
+      if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+        refuse(("min_lrs[%d] must be a finite number >= 0, got %s"):format(i, O.got(v)))
+      end
+    end
+    self.min_lrs = ml
     for i, g in ipairs(opt.param_groups) do
       local old = g.lr
       local new = math.max(old * self.factor, self.min_lrs[i])
