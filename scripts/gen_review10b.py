@@ -36,6 +36,18 @@ def added_past_end():
         s.step()
         rows.append([round(g["lr"], 12) for g in o.param_groups])
     print("added_past_end seq =", rows)
+    # a ChainedScheduler of PolynomialLR(2) and ExponentialLR(0.5); the group added before the fourth step: the
+    # ExponentialLR scales it alone
+    o = torch.optim.SGD([param()], lr=0.1)
+    s = S.ChainedScheduler([S.PolynomialLR(o, 2), S.ExponentialLR(o, 0.5)])
+    rows = []
+    for t in range(6):
+        if t == 3:
+            o.add_param_group({"params": [param()], "lr": 0.2})
+        o.step()
+        s.step()
+        rows.append([round(g["lr"], 12) for g in o.param_groups])
+    print("added_past_end chain =", rows)
 
 
 def lambda_attribute():

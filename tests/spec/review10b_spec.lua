@@ -109,6 +109,21 @@ describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", 
     close_rows(want, got, "seq")
   end)
 
+  it("in a ChainedScheduler the other members scale it, as torch's chain", function()
+    -- gen_review10b.py's added_past_end chain: PolynomialLR(2) and ExponentialLR(0.5), added before the fourth step
+    local want = { { 0.025 }, { 0.0 }, { 0.0 }, { 0.0, 0.1 }, { 0.0, 0.05 }, { 0.0, 0.025 } }
+    local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
+    local s = S.ChainedScheduler { S.PolynomialLR(o, 2), S.ExponentialLR(o, 0.5) }
+    local got = {}
+    for t = 0, 5 do
+      if t == 3 then o:add_param_group { params = { param() }, lr = 0.2 } end
+      o:step(); s:step()
+      got[#got + 1] = lrs(o)
+    end
+    close_rows(want, got, "chain")
+    assert.are.same({ 2 }, s:state_dict().kept_groups)
+  end)
+
   it("keeps it through state_dict and load_state_dict (kept_groups), which checks it", function()
     local o = fp8.optim.SGD({ param() }, { lr = 0.1 })
     local s = S.PolynomialLR(o, 3)

@@ -182,7 +182,8 @@ function Scheduler:get_lr()
   -- transformers'), whose torch forms fail on a group added later, its lr is its base.
   -- A group that joins a PolynomialLR or LinearLR past its end, where the factor is 0 (end_factor=0), keeps its lr:
   -- torch's forms return the group's lr unchanged past total_iters (it had base · 0 = 0 before review 10b); its index
-  -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base.
+  -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base (in a ChainedScheduler such a
+  -- member's factor counts as 1: lr_fn's 4th argument, and the other members scale it, as torch's chain).
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
@@ -194,8 +195,13 @@ function Scheduler:get_lr()
       local ok, f = pcall(self._lr_fn, t0, 1, i)
       if not ok then error(f, 0) end   -- (MultiplicativeLR's list of lambdas has none for it)
       -- (a factor of 0 leaves nothing to scale: the lr is the base then)
+      local keeps = f == 0 and rawget(phase, "_keeps_past_end")
+      if f == 0 and rawget(self, "_chained") then   -- (a member past its end: the others scale the group)
+        local fk = self._lr_fn(t0, 1, i, true)
+        if fk ~= 0 then keeps, f = true, fk end
+      end
       if type(f) == "number" and f > 0 and f < math.huge then base = g.lr / f else base = g.lr end
-      if f == 0 and rawget(phase, "_keeps_past_end") then
+      if keeps then
         local kept = rawget(self, "_kept") or {}
         kept[i] = true
         rawset(self, "_kept", kept)
@@ -206,9 +212,10 @@ function Scheduler:get_lr()
   local out = {}
   local t = rawget(self, "_pos") or self.last_epoch
   local kept = rawget(self, "_kept") or {}
+  local chained = rawget(self, "_chained")
   for i, base in ipairs(self.base_lrs) do
-    local lr = self._lr_fn(t, base, i)
-    if lr == 0 and kept[i] then lr = base end
+    local lr = self._lr_fn(t, base, i, kept[i])
+    if lr == 0 and kept[i] and not chained then lr = base end
     if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
       error(("%s: the schedule gave group %d the learning rate %s at step %s (expected a finite number >= 0)"):format(
         self.name, i, tostring(lr), tostring(t)), 0)
@@ -1068,9 +1075,14 @@ function M.ChainedScheduler(schedulers, optimizer, ...)
     end
   end)
   local opt = list[1].optimizer
-  return new(N, opt, function(t, base, i)
+  return new(N, opt, function(t, base, i, kept)
     local f = 1
-    for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
+    for _, sc in ipairs(list) do
+      local fm = sc._lr_fn(t, 1, i)
+      -- (a group that joined past a member's end keeps its lr there, as torch's form of that member: get_lr)
+      if fm == 0 and kept and rawget(sc, "_keeps_past_end") then fm = 1 end
+      f = f * fm
+    end
     return base * f
   end, nil, false, nil, { _schedulers = list, _chained = true,
     _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
