@@ -70,6 +70,16 @@ def lambda_attribute():
     po = S.PolynomialLR(torch.optim.SGD([param()], lr=1.0), 6, 2.0)
     print("shown =", [st.step_size, st.gamma, ca.T_max, ca.eta_min, li.start_factor, li.end_factor, li.total_iters,
                       po.total_iters, po.power])
+    # CosineAnnealingWarmRestarts(T_0=3, T_mult=2)'s T_cur and T_i after each of 10 steps, then after step(2.5)
+    s = S.CosineAnnealingWarmRestarts(torch.optim.SGD([param()], lr=1.0), 3, 2)
+    r = [[s.T_cur, s.T_i]]
+    for _ in range(10):
+        s.optimizer.step()
+        s.step()
+        r.append([s.T_cur, s.T_i])
+    s.step(2.5)
+    r.append([s.T_cur, s.T_i])
+    print("cycle =", r)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,18 @@ describe("a scheduler's own settings, and other names", function()
     assert.is_nil(rawget(s, "T_cur"))
   end)
 
+  it("CosineAnnealingWarmRestarts' T_cur and T_i read as torch's (they read nil)", function()
+    -- gen_review10b.py's cycle: T_0=3, T_mult=2, after each of 10 steps, then after step(2.5)
+    local want = { { 0, 3 }, { 1, 3 }, { 2, 3 }, { 0, 6 }, { 1, 6 }, { 2, 6 }, { 3, 6 }, { 4, 6 }, { 5, 6 }, { 0, 12 },
+                   { 1, 12 }, { 2.5, 3 } }
+    local s = S.CosineAnnealingWarmRestarts(fp8.optim.SGD({ param() }, { lr = 1 }), 3, 2)
+    local got = { { s.T_cur, s.T_i } }
+    for _ = 1, 10 do s:step(); got[#got + 1] = { s.T_cur, s.T_i } end
+    s:step(2.5)
+    got[#got + 1] = { s.T_cur, s.T_i }
+    assert.are.same(want, got)
+  end)
+
   it("a write a prepared scheduler refuses names the writer's line, not the Accelerator's", function()
     local acc = fp8.Accelerator {}
     local p = acc:prepare(S.ExponentialLR(fp8.optim.SGD({ param() }, { lr = 1 }), 0.9))

@@ -103,15 +103,22 @@ for name, list in pairs(SETTINGS_OF) do
 end
 local NONE = {}
 local function settings_of(t) return SETTINGS_OF[rawget(t, "name")] or NONE end
+-- CosineAnnealingWarmRestarts' T_cur and T_i are where the schedule is, not settings: step(epoch) moves them, they
+-- read as torch's (the steps since the last restart, the cycle's length) from the position (_cycle)
+local POSITION = { T_cur = true, T_i = true }
 function Scheduler.__index(t, k)
   local v = Scheduler[k]
   if v ~= nil then return v end
+  local cycle = POSITION[k] and rawget(t, "_cycle")
+  if cycle then
+    local cur, Ti = cycle(rawget(t, "_pos") or rawget(t, "last_epoch"))
+    if k == "T_cur" then return cur end
+    return Ti
+  end
   local st = rawget(t, "_settings")
   if st ~= nil then return st[k] end
   return nil
 end
--- CosineAnnealingWarmRestarts' T_cur and T_i are where the schedule is, not settings: step(epoch) moves them
-local POSITION = { T_cur = true, T_i = true }
 function Scheduler.__newindex(t, k, v)
   if settings_of(t)[k] then
     local name = rawget(t, "name")
@@ -668,7 +675,7 @@ function M.CosineAnnealingWarmRestarts(opt, opts, ...)
   return new("CosineAnnealingWarmRestarts", opt, function(t, base)
     local cur, Ti = cycle(t)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * cur / Ti)) / 2
-  end, nil, true, nil, { T_0 = T0, T_mult = mult, eta_min = eta_min })
+  end, nil, true, nil, { T_0 = T0, T_mult = mult, eta_min = eta_min, _cycle = cycle })
 end
 
 -- OneCycleLR(opt, {max_lr, total_steps | epochs and steps_per_epoch, pct_start=0.3, anneal_strategy="cos",
