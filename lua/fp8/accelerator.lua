@@ -417,7 +417,16 @@ local function delegating_class(field)
     if type(iv) == "function" then return function(_, ...) return iv(inner, ...) end end
     return iv
   end
-  cls.__newindex = function(t, k, v) rawget(t, field)[k] = v end
+  -- a write goes to the object; one it refuses (a scheduler's sched.gamma = 0.5) is raised at the writer's line, as
+  -- the same write to the object itself (it named this line of accelerator.lua before review 10b)
+  cls.__newindex = function(t, k, v)
+    local inner = rawget(t, field)
+    local mt = getmetatable(inner)
+    local set = type(mt) == "table" and rawget(mt, "__newindex")
+    if type(set) ~= "function" then inner[k] = v; return end
+    local ok, err = pcall(set, inner, k, v)   -- (its error at level 2 is pcall's: no location)
+    if not ok then error(err, 2) end
+  end
   return cls
 end
 

@@ -85,7 +85,8 @@ add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_ste
   .. "base lrs. Each schedule is a closed form of the step and the group's initial lr: an lr set by hand lasts\n"
   .. "until the next sched:step() (torch's chainable StepLR would scale it). A group added later joins at the\n"
   .. "current step: its lr is that step's in the schedules that multiply the lr step by step (StepLR, ...: the\n"
-  .. "later steps scale it, as torch's), its base in the others. Their class (each one's metatable) is\n"
-  .. "fp8.optim.lr_scheduler.LRScheduler, as torch's.")
+  .. "later steps scale it, as torch's; past a PolynomialLR's end it keeps its lr), its base in the others. A\n"
+  .. "write of a scheduler's own settings (sched.gamma = 0.5, T_max, total_steps, ...) is refused: make a new one;\n"
+  .. "sched.gamma reads it. Their class (each one's metatable) is fp8.optim.lr_scheduler.LRScheduler, as torch's.")
 
 return optim

@@ -10,8 +10,7 @@
 -- scheduler's next step, which writes the schedule's value again (torch's chainable StepLR would scale the
 -- hand-set lr instead), and two schedulers stepping one optimizer are refused (torch multiplies them; a
 -- ChainedScheduler of them does, for the schedules that multiply the lr step by step). A group
--- added to the optimizer after the scheduler was made joins the schedule with its own lr (or initial_lr) as its
--- base, at the schedule's current step.
+-- added to the optimizer after the scheduler was made joins the schedule at its current step (Scheduler:get_lr).
 local O = require "fp8.opts"
 local M = {}
 
@@ -75,25 +74,58 @@ local Scheduler = {}
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 -- torch's schedulers keep their settings as attributes their get_lr reads, so a loop may change one mid-run
 -- (sched.T_max = 200 to train longer, sched.gamma = 0.5). Each schedule here is a closed form its constructor made,
--- so such a write was taken and ignored without a word: it is refused, naming what to do. The settings a scheduler
--- shows (CosineAnnealingWarmRestarts' T_0, T_mult and eta_min, OneCycleLR's total_steps) are read from _settings.
-local SETTINGS = {}
-for k in ("step_size gamma milestones factor total_iters start_factor end_factor power T_max eta_min T_0 T_i T_mult "
-    .. "total_steps max_lrs anneal_func anneal_strategy cycle_momentum use_beta1 mode scale_fn scale_mode total_size "
-    .. "step_ratio base_momentums max_momentums lr_lambdas pct_start div_factor final_div_factor three_phase")
-    :gmatch("%S+") do
-  SETTINGS[k] = true
+-- so such a write was taken and ignored without a word: it is refused, naming what to do. Each class refuses its own
+-- settings: the attributes torch's class of that name reads, and its constructor's options; any other name is a
+-- field as in torch (a LambdaLR's sched.total_steps that its lambda reads, which a list of every class's names
+-- refused from stop 94 until review 10b). The settings a scheduler shows (StepLR's step_size and gamma, ...,
+-- CosineAnnealingWarmRestarts' T_0, OneCycleLR's total_steps) are read from _settings.
+local TRANSFORMERS = "num_warmup_steps num_training_steps num_cycles lr_end power timescale lr_lambdas"
+local SETTINGS_OF = {
+  LambdaLR = "lr_lambdas", MultiplicativeLR = "lr_lambdas", StepLR = "step_size gamma",
+  MultiStepLR = "milestones gamma", ConstantLR = "factor total_iters",
+  LinearLR = "start_factor end_factor total_iters", ExponentialLR = "gamma", PolynomialLR = "total_iters power",
+  CosineAnnealingLR = "T_max eta_min", CosineAnnealingWarmRestarts = "T_0 T_i T_mult eta_min T_cur",
+  OneCycleLR = "total_steps epochs steps_per_epoch max_lr max_lrs pct_start anneal_strategy anneal_func "
+    .. "cycle_momentum use_beta1 base_momentum max_momentum div_factor final_div_factor three_phase",
+  CyclicLR = "base_lr max_lr max_lrs step_size_up step_size_down total_size step_ratio mode gamma scale_fn "
+    .. "scale_mode cycle_momentum use_beta1 base_momentum max_momentum base_momentums max_momentums",
+  SequentialLR = "schedulers milestones", ChainedScheduler = "schedulers",
+  warmup_cosine = "warmup_steps total_steps min_lr",
+  get_linear_schedule_with_warmup = TRANSFORMERS, get_cosine_schedule_with_warmup = TRANSFORMERS,
+  get_constant_schedule = TRANSFORMERS, get_constant_schedule_with_warmup = TRANSFORMERS,
+  get_polynomial_decay_schedule_with_warmup = TRANSFORMERS,
+  get_cosine_with_hard_restarts_schedule_with_warmup = TRANSFORMERS, get_inverse_sqrt_schedule = TRANSFORMERS,
+}
+for name, list in pairs(SETTINGS_OF) do
+  local set = {}
+  for k in list:gmatch("%S+") do set[k] = true end
+  SETTINGS_OF[name] = set
 end
+local NONE = {}
+local function settings_of(t) return SETTINGS_OF[rawget(t, "name")] or NONE end
+-- CosineAnnealingWarmRestarts' T_cur and T_i are where the schedule is, not settings: step(epoch) moves them, they
+-- read as torch's (the steps since the last restart, the cycle's length) from the position (_cycle)
+local POSITION = { T_cur = true, T_i = true }
 function Scheduler.__index(t, k)
   local v = Scheduler[k]
   if v ~= nil then return v end
+  local cycle = POSITION[k] and rawget(t, "_cycle")
+  if cycle then
+    local cur, Ti = cycle(rawget(t, "_pos") or rawget(t, "last_epoch"))
+    if k == "T_cur" then return cur end
+    return Ti
+  end
   local st = rawget(t, "_settings")
   if st ~= nil then return st[k] end
   return nil
 end
 function Scheduler.__newindex(t, k, v)
-  if SETTINGS[k] then
-    local name = rawget(t, "name") or "LRScheduler"
+  if settings_of(t)[k] then
+    local name = rawget(t, "name")
+    if POSITION[k] then
+      error(("%s: %s follows from the step (torch's step() updates it, its get_lr reads it): sched:step(epoch) goes "
+        .. "to a step (a fraction too), a new %s with other T_0 or T_mult makes other cycles"):format(name, k, name), 2)
+    end
     error(("%s: %s is set when the scheduler is made: each schedule here is a closed form its constructor "
       .. "makes (torch's get_lr reads the attribute at every step); make a new %s with the value, and "
       .. "load_state_dict(old:state_dict(), false) to go on from the old one's step"):format(name, tostring(k), name), 2)
@@ -107,7 +139,11 @@ Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' e
 -- The fields of a schedule that is the base times a factor of the step alone (lr_fn(t, base) = base · f(t)), whose
 -- factors ChainedScheduler multiplies as torch's chain of recursive steps does (and which SequentialLR applies to the
 -- groups' initial_lr when it runs the schedule from step 0, as torch's recursive steps do).
-local CHAIN = { _chainable = true }
+local function chain(settings)
+  local f = { _chainable = true }
+  for k, v in pairs(settings) do f[k] = v end
+  return f
+end
 
 -- new(name, opt, lr_fn, [last_epoch [, fractional [, after_step]]]) — lr_fn(t, base_lr, group_index) → lr. Sets
 -- epoch 0's lr now, as PyTorch's constructors do. fractional: step(epoch) also takes a fraction, kept as the
@@ -125,7 +161,7 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {},
     _fractional = fractional or nil, _after_step = after_step }, Scheduler)
   for k, v in pairs(fields or {}) do
-    if SETTINGS[k] then   -- shown, not written (Scheduler.__newindex)
+    if settings_of(self)[k] then   -- shown, not written (Scheduler.__newindex)
       local st = rawget(self, "_settings") or {}
       st[k] = v
       rawset(self, "_settings", st)
@@ -151,25 +187,42 @@ function Scheduler:get_lr()
   -- torch's; taken as the base it had 0.05, gamma applied for the steps before it joined); so too in a SequentialLR
   -- while such a schedule runs (torch's steps it). In the others (LambdaLR, the cosines, OneCycleLR, CyclicLR,
   -- transformers'), whose torch forms fail on a group added later, its lr is its base.
+  -- A group that joins a PolynomialLR or LinearLR past its end, where the factor is 0 (end_factor=0), keeps its lr:
+  -- torch's forms return the group's lr unchanged past total_iters (it had base · 0 = 0 before review 10b); its index
+  -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base (in a ChainedScheduler such a
+  -- member's factor counts as 1: lr_fn's 4th argument, and the other members scale it, as torch's chain).
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
     g.initial_lr = g.initial_lr or g.lr
     local base = g.initial_lr
-    local at = rawget(self, "_chainable_at")   -- (SequentialLR: whether its schedule at step t0 is such a one)
-    if (rawget(self, "_chainable") or rawget(self, "_chained") or (at and t0 >= 0 and at(t0))) and t0 >= 0
-        and type(g.lr) == "number" then
+    local at = rawget(self, "_phase_at")   -- (SequentialLR: the schedule that runs step t0)
+    local phase = at and t0 >= 0 and at(t0) or self
+    if (rawget(phase, "_chainable") or rawget(self, "_chained")) and t0 >= 0 and type(g.lr) == "number" then
       local ok, f = pcall(self._lr_fn, t0, 1, i)
       if not ok then error(f, 0) end   -- (MultiplicativeLR's list of lambdas has none for it)
-      -- (a factor of 0, PolynomialLR at its end, leaves nothing to scale: the lr is the base then)
+      -- (a factor of 0 leaves nothing to scale: the lr is the base then)
+      local keeps = f == 0 and rawget(phase, "_keeps_past_end")
+      if f == 0 and rawget(self, "_chained") then   -- (a member past its end: the others scale the group)
+        local fk = self._lr_fn(t0, 1, i, true)
+        if fk ~= 0 then keeps, f = true, fk end
+      end
       if type(f) == "number" and f > 0 and f < math.huge then base = g.lr / f else base = g.lr end
+      if keeps then
+        local kept = rawget(self, "_kept") or {}
+        kept[i] = true
+        rawset(self, "_kept", kept)
+      end
     end
     self.base_lrs[i] = base
   end
   local out = {}
   local t = rawget(self, "_pos") or self.last_epoch
+  local kept = rawget(self, "_kept") or {}
+  local chained = rawget(self, "_chained")
   for i, base in ipairs(self.base_lrs) do
-    local lr = self._lr_fn(t, base, i)
+    local lr = self._lr_fn(t, base, i, kept[i])
+    if lr == 0 and kept[i] and not chained then lr = base end
     if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
       error(("%s: the schedule gave group %d the learning rate %s at step %s (expected a finite number >= 0)"):format(
         self.name, i, tostring(lr), tostring(t)), 0)
@@ -249,9 +302,16 @@ local function schedule_probe(self)
   return out
 end
 
+-- kept_groups: the groups that joined a PolynomialLR or LinearLR past its end and keep their lr (get_lr), when any
+local function kept_list(self)
+  local kept, list = rawget(self, "_kept"), {}
+  for i = 1, #self.base_lrs do if kept and kept[i] then list[#list + 1] = i end end
+  return #list > 0 and list or nil
+end
+
 function Scheduler:state_dict()
   return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}),
-    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self) }
+    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self), kept_groups = kept_list(self) }
 end
 
 -- Why a state from state_dict() is not this scheduler's (another class, or settings that give other lrs), or nil
@@ -315,12 +375,27 @@ function Scheduler:load_state_dict(sd, strict)
       and ("absent or a number >= 0 whose floor is last_epoch (" .. tostring(sd.last_epoch) .. ")")
       or "absent (this schedule steps in whole steps)", O.got(pos)), 2)
   end
-  local prev_base, prev_epoch, prev_pos = self.base_lrs, self.last_epoch, rawget(self, "_pos")
+  local kept
+  if sd.kept_groups ~= nil then
+    local kg, ok = sd.kept_groups, type(sd.kept_groups) == "table"
+    kept = {}
+    for j = 1, ok and rawlen(kg) or 0 do
+      local i = rawget(kg, j)
+      ok = ok and math.type(i) == "integer" and i >= 1 and i <= ngroups
+      if ok then kept[i] = true end
+    end
+    if not ok then
+      error(("%s:load_state_dict: kept_groups must be absent or a list of group indices 1..%d, got %s"):format(
+        self.name, ngroups, O.got(sd.kept_groups)), 2)
+    end
+  end
+  local prev_base, prev_epoch, prev_pos, prev_kept = self.base_lrs, self.last_epoch, rawget(self, "_pos"),
+    rawget(self, "_kept")
   self.base_lrs = table.move(sd.base_lrs, 1, ngroups, 1, {})
-  self.last_epoch, self._pos = sd.last_epoch, pos
+  self.last_epoch, self._pos, self._kept = sd.last_epoch, pos, kept
   local ok, lrs = pcall(self.get_lr, self)
   if not ok then   -- (OneCycleLR past its total_steps) nothing changed
-    self.base_lrs, self.last_epoch, self._pos = prev_base, prev_epoch, prev_pos
+    self.base_lrs, self.last_epoch, self._pos, self._kept = prev_base, prev_epoch, prev_pos, prev_kept
     error(lrs, 2)
   end
   for i, g in ipairs(self.optimizer.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
@@ -425,7 +500,7 @@ function M.StepLR(opt, opts, pos_gamma, ...)
   check_rate("StepLR", "gamma", gamma)
   local step_size = opts.step_size
   return new("StepLR", opt, function(epoch, base) return base * gamma ^ (epoch // step_size) end, nil, false, nil,
-    CHAIN)
+    chain { step_size = step_size, gamma = gamma })
 end
 
 -- CosineAnnealingLR(opt, {T_max, eta_min=0}) or torch's CosineAnnealingLR(opt, T_max [, eta_min]): closed form
@@ -443,7 +518,7 @@ function M.CosineAnnealingLR(opt, opts, ...)
   local function lr_fn(epoch, base)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * epoch / T)) / 2
   end
-  return new("CosineAnnealingLR", opt, lr_fn, nil, false, nil, {
+  return new("CosineAnnealingLR", opt, lr_fn, nil, false, nil, { T_max = T, eta_min = eta_min,
     _seq_first = function(sc, u, base0, i) return lr_fn(u, u <= T and base0 or sc.base_lrs[i] or base0) end })
 end
 
@@ -499,7 +574,7 @@ function M.MultiStepLR(opt, opts, ...)
     local k = 0
     for _, m in ipairs(list) do if m <= epoch then k = k + 1 end end
     return base * gamma ^ k
-  end, nil, false, nil, CHAIN)
+  end, nil, false, nil, chain { gamma = gamma })
 end
 
 -- ExponentialLR(opt, {gamma}) (or ExponentialLR(opt, gamma)): lr = base · gamma^epoch.
@@ -511,7 +586,8 @@ function M.ExponentialLR(opt, opts, ...)
   if opts.gamma == nil then error("ExponentialLR: gamma is required", 2) end
   check_rate("ExponentialLR", "gamma", opts.gamma)
   local gamma = opts.gamma
-  return new("ExponentialLR", opt, function(epoch, base) return base * gamma ^ epoch end, nil, false, nil, CHAIN)
+  return new("ExponentialLR", opt, function(epoch, base) return base * gamma ^ epoch end, nil, false, nil,
+    chain { gamma = gamma })
 end
 
 -- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}) or torch's LinearLR(opt [, start_factor
@@ -536,7 +612,7 @@ function M.LinearLR(opt, opts, ...)
   return new("LinearLR", opt, function(epoch, base)
     local r = math.min(epoch, total) / total
     return base * (sf * (1 - r) + ef * r)
-  end, nil, false, nil, CHAIN)
+  end, nil, false, nil, chain { start_factor = sf, end_factor = ef, total_iters = total, _keeps_past_end = true })
 end
 
 -- ConstantLR(opt, {factor=1/3, total_iters=5}) or torch's ConstantLR(opt [, factor [, total_iters]]): base · factor
@@ -555,7 +631,7 @@ function M.ConstantLR(opt, opts, ...)
   check_int("ConstantLR", "total_iters", total, 0)
   return new("ConstantLR", opt, function(epoch, base)
     return (epoch < total or total == 0) and base * factor or base
-  end, nil, false, nil, { _chainable = true,
+  end, nil, false, nil, { _chainable = true, factor = factor, total_iters = total,
     _seq_enter = total == 0 and function(_, _, base) return base end or nil })
 end
 
@@ -571,7 +647,7 @@ function M.PolynomialLR(opt, opts, ...)
   check_rate("PolynomialLR", "power", power)
   return new("PolynomialLR", opt, function(epoch, base)
     return base * (1 - math.min(total, epoch) / total) ^ power
-  end, nil, false, nil, CHAIN)
+  end, nil, false, nil, chain { total_iters = total, power = power, _keeps_past_end = true })
 end
 
 -- CosineAnnealingWarmRestarts(opt, {T_0, T_mult=1, eta_min=0}) or torch's (opt, T_0 [, T_mult [, eta_min]]): the
@@ -599,7 +675,7 @@ function M.CosineAnnealingWarmRestarts(opt, opts, ...)
   return new("CosineAnnealingWarmRestarts", opt, function(t, base)
     local cur, Ti = cycle(t)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * cur / Ti)) / 2
-  end, nil, true, nil, { T_0 = T0, T_mult = mult, eta_min = eta_min })
+  end, nil, true, nil, { T_0 = T0, T_mult = mult, eta_min = eta_min, _cycle = cycle })
 end
 
 -- OneCycleLR(opt, {max_lr, total_steps | epochs and steps_per_epoch, pct_start=0.3, anneal_strategy="cos",
@@ -974,8 +1050,8 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
     local sc, u = which(t)
     if sc._after_step then sc:_after_step(u) end
   end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none",
-    -- whether step t is run by a schedule that multiplies the lr step by step (get_lr: a group added then)
-    _chainable_at = function(t) return rawget(which(t), "_chainable") == true end })
+    -- the schedule that runs step t (get_lr: how a group added then joins)
+    _phase_at = function(t) return (which(t)) end })
 end
 
 -- ChainedScheduler(schedulers [, opt]) (or ({schedulers=, optimizer=})): torch's, every scheduler's effect at once.
@@ -1006,9 +1082,14 @@ function M.ChainedScheduler(schedulers, optimizer, ...)
     end
   end)
   local opt = list[1].optimizer
-  return new(N, opt, function(t, base, i)
+  return new(N, opt, function(t, base, i, kept)
     local f = 1
-    for _, sc in ipairs(list) do f = f * sc._lr_fn(t, 1, i) end
+    for _, sc in ipairs(list) do
+      local fm = sc._lr_fn(t, 1, i)
+      -- (a group that joined past a member's end keeps its lr there, as torch's form of that member: get_lr)
+      if fm == 0 and kept and rawget(sc, "_keeps_past_end") then fm = 1 end
+      f = f * fm
+    end
     return base * f
   end, nil, false, nil, { _schedulers = list, _chained = true,
     _no_epoch = "torch 2.15's ChainedScheduler.step() takes none" })
@@ -1169,16 +1250,32 @@ function Plateau:step(metric)
     -- as one number, and refuses a min_lr given as a list (it has none for the group); here such a group's lr went
     -- down to 0 past a min_lr of 1e-3, and a list's missing entry was taken as 0 without a word
     local ng = #opt.param_groups
-    if #self.min_lrs ~= ng then
-      if self._default_min_lr == nil then
-        self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter = table.unpack(before)
-        error(("ReduceLROnPlateau:step: the optimizer has %d parameter groups, min_lr was given as a list of %d when "
-          .. "the scheduler was made (a group was added since); set sched.min_lrs to a list of %d (torch's "
-          .. "RuntimeError)"):format(ng, #self.min_lrs, ng), 2)
-      end
-      self.min_lrs = {}
-      for i = 1, ng do self.min_lrs[i] = self._default_min_lr end
+    local function refuse(msg)   -- nothing changed
+      self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter = table.unpack(before)
+      error("ReduceLROnPlateau:step: " .. msg, 3)
     end
+    -- sched.min_lrs as a user wrote it (the message below asks for it): a list of one number >= 0 per group (a
+    -- number, or a string in it, was Lua's own error in this file before review 10b, the step counted)
+    local ml = self.min_lrs
+    if type(ml) ~= "table" then
+      refuse(("min_lrs must be a list of %d numbers >= 0 (one per parameter group), got %s"):format(ng, O.got(ml)))
+    end
+    if rawlen(ml) ~= ng then
+      if self._default_min_lr == nil then
+        refuse(("the optimizer has %d parameter groups, min_lr was given as a list of %d when the scheduler was "
+          .. "made (a group was added since); set sched.min_lrs to a list of %d (torch's RuntimeError)")
+          :format(ng, rawlen(ml), ng))
+      end
+      ml = {}
+      for i = 1, ng do ml[i] = self._default_min_lr end
+    end
+    for i = 1, ng do
+      local v = rawget(ml, i)
+      if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+        refuse(("min_lrs[%d] must be a finite number >= 0, got %s"):format(i, O.got(v)))
+      end
+    end
+    self.min_lrs = ml
     for i, g in ipairs(opt.param_groups) do
       local old = g.lr
       local new = math.max(old * self.factor, self.min_lrs[i])
