@@ -3,22 +3,9 @@
 -- resumes; GradScaler; accumulation through the Accelerator; the losses). The torch values are literals printed by
 -- scripts/gen_audit10a.py. docs/robustness.md, "Training runs step by step against PyTorch 2.15 (stop 94)".
 
-local function lrs(opt)
-  local out = {}
-  for i, g in ipairs(opt.param_groups) do out[i] = g.lr end
-  return out
-end
 
-local function close_rows(want, got, what)
-  assert.are.equal(#want, #got, what)
-  for i = 1, #want do
-    assert.are.equal(#want[i], #got[i], ("%s: step %d's groups"):format(what, i))
-    for k = 1, #want[i] do
-      assert.is_true(math.abs(want[i][k] - got[i][k]) <= 1e-12 * math.abs(want[i][k]),
-        ("%s: step %d group %d: %.17g, torch's %.17g"):format(what, i, k, got[i][k], want[i][k]))
-    end
-  end
-end
+
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function param() return fp8.zeros { 1 }:requires_grad(true) end
 
@@ -35,10 +22,10 @@ describe("ReduceLROnPlateau and a group added after it was made", function()
     for i, m in ipairs(ms) do
       if i == 6 then opt:add_param_group { params = { param() }, lr = 0.2 } end
       s:step(m)
-      got[i] = lrs(opt)
+      got[i] = U.group_lrs(opt)
     end
     -- (the new group's lr went on halving past min_lr: 0.0125, 0.00625, ...)
-    close_rows(want, got, "ReduceLROnPlateau")
+    U.close_lr_rows(want, got, "ReduceLROnPlateau")
   end)
 
   it("refuses to reduce with a min_lr list that has no entry for the new group, as torch's, and changes nothing", function()
@@ -54,10 +41,10 @@ describe("ReduceLROnPlateau and a group added after it was made", function()
     assert.is_false(ok)
     assert.matches("the optimizer has 2 parameter groups, min_lr was given as a list of 1", err, 1, true)
     assert.are.same(before, s:state_dict())   -- the counters as they were
-    assert.are.same({ 0.1, 0.2 }, lrs(opt))
+    assert.are.same({ 0.1, 0.2 }, U.group_lrs(opt))
     s.min_lrs = { 0.01, 0.15 }   -- as torch's message says
     s:step(2.0)
-    close_rows({ { 0.1 * 0.1, 0.15 } }, { lrs(opt) }, "with min_lrs set")
+    U.close_lr_rows({ { 0.1 * 0.1, 0.15 } }, { U.group_lrs(opt) }, "with min_lrs set")
   end)
 end)
 
@@ -121,9 +108,9 @@ describe("a group added to the optimizer while a chainable schedule runs", funct
         if t == (name:match("^seq") and 5 or 3) then o:add_param_group { params = { param() }, lr = 0.2 } end
         o:step()
         s:step()
-        got[#got + 1] = lrs(o)
+        got[#got + 1] = U.group_lrs(o)
       end
-      close_rows(want[name], got, name)
+      U.close_lr_rows(want[name], got, name)
     end
   end)
 end)

@@ -4,22 +4,9 @@
 -- scripts/gen_review10b.py (/opt/torch2/bin/python scripts/gen_review10b.py, torch 2.15).
 
 local S = fp8.optim.lr_scheduler
+local U = dofile("tests/spec/helpers/util.lua")
+
 local function param() return fp8.zeros { 1 }:requires_grad_() end
-local function lrs(o)
-  local r = {}
-  for i, g in ipairs(o.param_groups) do r[i] = g.lr end
-  return r
-end
-local function close_rows(want, got, what)
-  assert.are.equal(#want, #got, what)
-  for t, row in ipairs(want) do
-    assert.are.equal(#row, #got[t], ("%s: step %d"):format(what, t))
-    for i, v in ipairs(row) do
-      assert.is_true(math.abs(v - got[t][i]) <= 1e-12, ("%s: step %d group %d: torch %s, got %s"):format(what, t, i,
-        tostring(v), tostring(got[t][i])))
-    end
-  end
-end
 
 describe("a scheduler's own settings, and other names", function()
   it("a LambdaLR takes a field its lambda reads (torch's LambdaLR has no total_steps); each class refuses its own",
@@ -97,9 +84,9 @@ describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", 
       for t = 0, 7 do
         if t == 5 then o:add_param_group { params = { param() }, lr = 0.2 } end
         o:step(); s:step()
-        got[#got + 1] = lrs(o)
+        got[#got + 1] = U.group_lrs(o)
       end
-      close_rows(want, got, name)
+      U.close_lr_rows(want, got, name)
     end
   end)
 
@@ -114,11 +101,11 @@ describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", 
     for t = 0, 9 do
       if t == 6 then o:add_param_group { params = { param() }, lr = 0.2 } end
       o:step(); s:step()
-      local r = lrs(o)
+      local r = U.group_lrs(o)
       for i, v in ipairs(r) do r[i] = math.floor(v * 1e12 + 0.5) / 1e12 end   -- (torch's rounded as printed)
       got[#got + 1] = r
     end
-    close_rows(want, got, "seq")
+    U.close_lr_rows(want, got, "seq")
   end)
 
   it("in a ChainedScheduler the other members scale it, as torch's chain", function()
@@ -130,9 +117,9 @@ describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", 
     for t = 0, 5 do
       if t == 3 then o:add_param_group { params = { param() }, lr = 0.2 } end
       o:step(); s:step()
-      got[#got + 1] = lrs(o)
+      got[#got + 1] = U.group_lrs(o)
     end
-    close_rows(want, got, "chain")
+    U.close_lr_rows(want, got, "chain")
     assert.are.same({ 2 }, s:state_dict().kept_groups)
   end)
 
@@ -149,14 +136,14 @@ describe("a group added to a PolynomialLR or LinearLR past its end (factor 0)", 
     local s2 = S.PolynomialLR(o2, 3)
     s2:load_state_dict(sd)
     s2:step()
-    assert.are.same({ 0, 0.2 }, lrs(o2))
+    assert.are.same({ 0, 0.2 }, U.group_lrs(o2))
     -- a state without it (any other scheduler's) has none
     assert.is_nil(S.PolynomialLR(fp8.optim.SGD({ param() }, { lr = 0.1 }), 3):state_dict().kept_groups)
     local bad = { last_epoch = 5, base_lrs = { 0.1, 0.2 }, kept_groups = { 3 } }
     local ok, err = pcall(s2.load_state_dict, s2, bad)
     assert.is_false(ok)
     assert.matches("kept_groups must be absent or a list of group indices 1..2", err, 1, true)
-    assert.are.same({ 0, 0.2 }, lrs(o2))
+    assert.are.same({ 0, 0.2 }, U.group_lrs(o2))
   end)
 end)
 
@@ -175,10 +162,10 @@ describe("ReduceLROnPlateau's min_lrs written by hand", function()
       assert.is_false(ok)
       assert.matches("ReduceLROnPlateau:step: " .. c[2], err, 1, true)
       assert.are.same(before, { s.last_epoch, s.best, s.num_bad_epochs, s.cooldown_counter })
-      assert.are.same({ 0.1, 0.2 }, lrs(o))
+      assert.are.same({ 0.1, 0.2 }, U.group_lrs(o))
       s.min_lrs = { 0.01, 0.05 }
       s:step(3.0)
-      assert.are.same({ 0.1 * 0.1, 0.05 }, lrs(o))   -- (0.1 · factor 0.1 is above min_lr 0.01 by a hair)
+      assert.are.same({ 0.1 * 0.1, 0.05 }, U.group_lrs(o))   -- (0.1 · factor 0.1 is above min_lr 0.01 by a hair)
     end
   end)
 end)

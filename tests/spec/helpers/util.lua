@@ -112,4 +112,24 @@ function U.same_bits(name, a, b)
   end
 end
 
+-- The lr of each of an optimizer's param groups, in order.
+function U.group_lrs(opt)
+  local out = {}
+  for i, g in ipairs(opt.param_groups) do out[i] = g.lr end
+  return out
+end
+
+-- Rows of lrs (one row a step, one value a group) against torch's: the same lengths, each value within 1e-12 of it
+-- (relative), or 1e-15 of a 0.
+function U.close_lr_rows(want, got, what)
+  assert.are.equal(#want, #got, what)
+  for t, row in ipairs(want) do
+    assert.are.equal(#row, #got[t], ("%s: step %d's groups"):format(what, t))
+    for i, v in ipairs(row) do
+      assert.is_true(math.abs(v - got[t][i]) <= 1e-12 * math.abs(v) + 1e-15,
+        ("%s: step %d group %d: %.17g, torch's %.17g"):format(what, t, i, got[t][i], v))
+    end
+  end
+end
+
 return U
