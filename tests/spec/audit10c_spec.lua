@@ -11,6 +11,15 @@ local function vm_bytes()
   return pages * 4096
 end
 
+-- Whether this is the ASan build (make sanitize): its allocator keeps freed memory in quarantine, so the virtual size
+-- grows without a leak; there LeakSanitizer, at the exit of the spec run (detect_leaks=1), reports what a call lost.
+local function asan_build()
+  local f = io.open("/proc/self/maps")
+  local maps = f and f:read("a") or ""
+  if f then f:close() end
+  return maps:find("libasan", 1, true) ~= nil
+end
+
 -- The open descriptors of this process.
 local function fd_count()
   local pid = io.open("/proc/self/stat"):read("l"):match("^(%d+)")
@@ -40,6 +49,10 @@ describe("FP8 layer state made from a bad role table", function()
     local ok, err = pcall(FL.layer_new, bad)
     assert.is_false(ok)
     assert.matches("FP8 layer role grad: warmup must be in 0..1048576, got %-1", err)
+    if asan_build() then
+      for _ = 1, 4 do pcall(FL.layer_new, bad) end   -- what they lose, LeakSanitizer reports at exit
+      return
+    end
     collectgarbage(); collectgarbage()
     local before = vm_bytes()
     for _ = 1, 40 do pcall(FL.layer_new, bad) end
