@@ -1,5 +1,6 @@
 /* error.c — thread-local error messages and the process-wide interrupt flag. */
 #include "error.h"
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,9 +8,14 @@
 
 static _Thread_local char fl_err_buf[1024];
 static _Thread_local size_t fl_err_detail_off;
+static _Thread_local fl_status fl_err_code;
+static _Thread_local int fl_err_errno;   /* errno when the message was recorded (an open's EMFILE) */
 static volatile sig_atomic_t fl_interrupt_flag;
 
 fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...) {
+    const int saved = errno;
+    fl_err_code = code;
+    fl_err_errno = saved;
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int n = snprintf(fl_err_buf, sizeof fl_err_buf, "%s:%d: ", base, line);
@@ -19,12 +25,17 @@ fl_status fl_set_error(fl_status code, const char *file, int line, const char *f
     va_start(ap, fmt);
     vsnprintf(fl_err_buf + n, sizeof fl_err_buf - (size_t)n, fmt, ap);
     va_end(ap);
+    errno = saved;   /* for a caller that reads it after the call failed */
     return code;
+}
+
+bool fl_error_out_of_fds(fl_status st) {
+    return st == FL_EIO && fl_err_code == FL_EIO && (fl_err_errno == EMFILE || fl_err_errno == ENFILE);
 }
 
 const char *fl_last_error(void) { return fl_err_buf; }
 const char *fl_last_error_detail(void) { return fl_err_buf + fl_err_detail_off; }
-void fl_clear_error(void) { fl_err_buf[0] = 0; fl_err_detail_off = 0; }
+void fl_clear_error(void) { fl_err_buf[0] = 0; fl_err_detail_off = 0; fl_err_code = FL_OK; fl_err_errno = 0; }
 
 void fl_interrupt_set(void) { fl_interrupt_flag = 1; }
 void fl_interrupt_clear(void) { fl_interrupt_flag = 0; }

@@ -3,6 +3,8 @@
 #ifndef FL_ERROR_H
 #define FL_ERROR_H
 
+#include <stdbool.h>
+
 typedef enum {
     FL_OK = 0,
     FL_EINVAL,      /* bad argument: shape, dtype, range */
@@ -30,6 +32,10 @@ const char *fl_last_error(void);
 /* The message without the "file:line: " prefix, for users. */
 const char *fl_last_error_detail(void);
 void fl_clear_error(void);
+/* Whether st, the status of the call that recorded the last message, is a file that could not be opened because the
+ * process (EMFILE) or the system (ENFILE) is out of descriptors: the binding layer then collects (descriptors held
+ * by handles nothing refers to any more are closed) and tries once more, as it does for memory (lua/l_util.h). */
+bool fl_error_out_of_fds(fl_status st);
 
 /* Interrupt flag: set from a signal handler, polled by long core loops. */
 void fl_interrupt_set(void);

@@ -471,6 +471,7 @@ static int l_mkdir_p(lua_State *L) {
 static int l_listdir(lua_State *L) {
     const char *path = fl_lcheckpath(L, 1, "listdir");
     DIR *d = opendir(path);
+    if (!d && fl_lfds_collect(L, errno)) d = opendir(path);   /* out of descriptors: once more after a collection */
     if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
     lua_newtable(L);
     int n = 0;
@@ -572,6 +573,7 @@ static int l_lock_dir(lua_State *L) {
     k->fd = -1;
     luaL_setmetatable(L, DIR_LOCK_MT);
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 && fl_lfds_collect(L, errno)) fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* (as listdir) */
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         int e = errno;

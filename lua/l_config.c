@@ -65,7 +65,7 @@ static void push_config(lua_State *L, const fl_config *c, const char *path) {
 static int l_load(lua_State *L) {
     const char *path = fl_lcheckpath(L, 1, "config.load");
     fl_config *c = newbox(L);
-    fl_lcheck(L, fl_config_load(c, path));
+    FL_LCALL(L, fl_config_load(c, path));
     push_config(L, c, path);
     return 1;
 }
@@ -156,7 +156,7 @@ static int l_write(lua_State *L) {
     fl_lmaxargs(L, 2, "config.write", "(path, settings)");
     fl_config *c = newbox(L);
     table_to_config(L, 2, c);
-    fl_lcheck(L, fl_config_write(c, path));
+    FL_LCALL(L, fl_config_write(c, path));
     lua_pushstring(L, path);
     return 1;
 }

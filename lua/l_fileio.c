@@ -35,7 +35,7 @@ static int l_read_regular(lua_State *L) {
     }
     lua_setmetatable(L, -2);
     int64_t size;
-    fl_lcheck(L, fl_open_regular(path, what, (int64_t)max, &rb->fd, &size));
+    FL_LCALL(L, fl_open_regular(path, what, (int64_t)max, &rb->fd, &size));
     rb->buf = (char *)malloc((size_t)size + 1);
     if (!rb->buf) return luaL_error(L, "%s: out of memory reading %I bytes", path, (lua_Integer)size);
     int64_t n = 0;
@@ -59,7 +59,7 @@ static int l_write_atomic(lua_State *L) {
     const char *path = fl_lcheckpath(L, 1, "write_atomic");
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
-    fl_lcheck(L, fl_write_atomic(path, data, len));
+    FL_LCALL(L, fl_write_atomic(path, data, len));
     lua_pushstring(L, path);
     return 1;
 }
@@ -67,7 +67,7 @@ static int l_write_atomic(lua_State *L) {
 static int l_fsync_rename(lua_State *L) {
     const char *tmp = fl_lcheckpath(L, 1, "fsync_rename");
     const char *path = fl_lcheckpath(L, 2, "fsync_rename");
-    fl_lcheck(L, fl_fsync_rename(tmp, path));
+    FL_LCALL(L, fl_fsync_rename(tmp, path));
     lua_pushstring(L, path);
     return 1;
 }
@@ -78,7 +78,7 @@ static int l_append(lua_State *L) {
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     bool durable = lua_toboolean(L, 3);
-    fl_lcheck(L, fl_append(path, data, len, durable));
+    FL_LCALL(L, fl_append(path, data, len, durable));
     return 0;
 }
 

@@ -62,6 +62,18 @@ static void role_from(lua_State *L, int t, const char *name, fl_scaling *s) {
     lua_settop(L, top);
 }
 
+/* The three roles while layer_new builds them, in a userdata whose __gc frees what they hold: a Lua error in a later
+ * role (a field missing or out of range) raised past the amax histories made for the earlier ones, which leaked
+ * (4 bytes per history entry, up to 2^20 entries a role, at every failed call; docs/robustness.md, stop 94). */
+typedef struct { fl_scaling r[FL_NROLES]; } roles_box;
+
+static int roles_gc(lua_State *L) {
+    roles_box *rb = luaL_checkudata(L, 1, "fp8.FP8Meta.roles");
+    for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&rb->r[i]);
+    memset(rb, 0, sizeof *rb);
+    return 0;
+}
+
 /* layer_new{input={…}, weight={…}, grad={…}, hp={fprop, dgrad, wgrad}, granularity=, fast_accum=} */
 static int l_layer_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -82,19 +94,24 @@ static int l_layer_new(lua_State *L) {
         }
     }
     lua_pop(L, 1);
-    meta_box *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->l = NULL;
-    luaL_setmetatable(L, META_MT);
-    fl_scaling roles[FL_NROLES];
-    memset(roles, 0, sizeof roles);
-    /* A Lua error inside role_from would leak the roles made so far; they are small, and errors here
-     * come from the recipe module's own tables, validated before. Free on the C error path. */
+    roles_box *rb = lua_newuserdatauv(L, sizeof *rb, 0);   /* (its __gc frees the roles if an error comes first) */
+    memset(rb, 0, sizeof *rb);
+    if (luaL_newmetatable(L, "fp8.FP8Meta.roles")) {
+        lua_pushcfunction(L, roles_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    fl_scaling *roles = rb->r;
     role_from(L, 1, fl_fp8_role_names[FL_ROLE_INPUT], &roles[FL_ROLE_INPUT]);
     role_from(L, 1, fl_fp8_role_names[FL_ROLE_WEIGHT], &roles[FL_ROLE_WEIGHT]);
     role_from(L, 1, fl_fp8_role_names[FL_ROLE_GRAD], &roles[FL_ROLE_GRAD]);
+    meta_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->l = NULL;
+    luaL_setmetatable(L, META_MT);
     fl_status st = fl_fp8_layer_new(&b->l, roles, hp, strcmp(gran, "rowwise") == 0 ? FL_GRAN_ROWWISE
                                                      : strcmp(gran, "tensor") == 0 ? FL_GRAN_TENSOR : FL_GRAN_ROWWISE_GW_HP);
-    if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);
+    if (st != FL_OK) for (int i = 0; i < FL_NROLES; i++) fl_scaling_free(&roles[i]);   /* now, not at a collection */
+    memset(rb, 0, sizeof *rb);   /* taken over by the layer, or freed */
     fl_lcheck(L, st);
     b->l->fast_accum = fast;
     return 1;

@@ -3,6 +3,7 @@
 #include "l_util.h"
 #include "device.h"
 #include "settings.h"
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -61,6 +62,12 @@ void fl_lgc_poll(lua_State *L) {
 void fl_lgc_init(lua_State *L) {
     gc_rebase((gc_state *)lua_newuserdatauv(L, sizeof(gc_state), 0));
     lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_key);
+}
+
+bool fl_lfds_collect(lua_State *L, int e) {
+    if (e != EMFILE && e != ENFILE) return false;
+    lua_gc(L, LUA_GCCOLLECT);
+    return true;
 }
 
 fl_tensor **fl_lnewbox(lua_State *L) {

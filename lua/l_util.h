@@ -16,18 +16,23 @@
 int fl_lcheck(lua_State *L, fl_status s);
 
 /* Run a core call; on FL_ENOMEM collect all Lua garbage (which may free tensors) and retry once
- * (Torch7's THCudaMalloc pattern). `expr` is evaluated at most twice, so it must be repeatable:
+ * (Torch7's THCudaMalloc pattern), and the same when a file could not be opened for want of descriptors
+ * (fl_error_out_of_fds: safe_open handles and Lua files left to the collector hold theirs until a cycle runs,
+ * which descriptors never start). `expr` is evaluated at most twice, so it must be repeatable:
  * write results only into a box slot that starts NULL. */
 #define FL_LCALL(L, expr)                                                   \
     do {                                                                    \
         fl_status fl__ls = (expr);                                          \
-        if (fl__ls == FL_ENOMEM) { lua_gc((L), LUA_GCCOLLECT); fl__ls = (expr); } \
+        if (fl__ls == FL_ENOMEM || fl_error_out_of_fds(fl__ls)) { lua_gc((L), LUA_GCCOLLECT); fl__ls = (expr); } \
         fl_lcheck((L), fl__ls);                                             \
     } while (0)
 
 /* Push a new, empty fp8.Tensor box and return its slot. Fill the slot with a core call after
  * the box exists, so an error never leaks the tensor: the box owns exactly one reference. */
 fl_tensor **fl_lnewbox(lua_State *L);
+/* After a system call of the binding itself failed with errno e: true (after a full collection) when e says the
+ * process or the system is out of descriptors, so the call is worth making once more (FL_LCALL's rule). */
+bool fl_lfds_collect(lua_State *L, int e);
 /* Lua cannot see tensor storage: a full collection once the live storage bytes grew by a quarter (and 32 MiB)
  * since the last (l_util.c). fl_lnewbox polls; fl_lgc_init (fl_lopen_tensor) sets the first threshold. */
 void fl_lgc_poll(lua_State *L);

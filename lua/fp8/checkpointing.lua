@@ -139,10 +139,22 @@ end
 
 local join = model_files.join
 
+-- io.open, once more after a full collection when the process or the system is out of descriptors (EMFILE 24, ENFILE
+-- 23): safe_open handles and files left to the collector hold theirs until a cycle runs (the bindings' FL_LCALL rule)
+local function open_file(path, mode)
+  local f, err, code = io.open(path, mode)
+  if not f and (code == 24 or code == 23) then
+    collectgarbage()
+    f, err = io.open(path, mode)
+  end
+  return f, err
+end
+M._open_file = open_file
+
 local function read_all(path)
   -- a named pipe or a device in a checkpoint's place would block or never end: not opened
   if C.exists(path) and not C.is_file(path) then return nil, "not a regular file" end
-  local f, err = io.open(path, "rb")
+  local f, err = open_file(path, "rb")
   if not f then return nil, err end
   local s = f:read("a")
   f:close()
@@ -232,7 +244,7 @@ local function exists(path) return C.exists(path) or C.is_link(path) end   -- st
 local function marked(dir) return exists(join(dir, PARTIAL)) end
 -- An empty file, created in one step (a kill leaves it there or not, never half), so no temporary name of its own.
 local function mark(dir)
-  local f, err = io.open(join(dir, PARTIAL), "wb")
+  local f, err = open_file(join(dir, PARTIAL), "wb")
   if not f then error("save_state: " .. tostring(err), 0) end
   f:close()
 end

@@ -5,7 +5,7 @@
 -- function is swept the day it is added. docs/robustness.md describes it.
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
---                [--timeout S] [--jobs N] [--list] [--messages] [--verbose] [--gc-stress]
+--                [--timeout S] [--jobs N] [--list] [--messages] [--verbose] [--gc-stress] [--leaks]
 --   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
 --   --list      print the enumerated entries and exit
@@ -13,19 +13,22 @@
 --   --gc-stress the children run Lua's collector in generational mode with the smallest minor step,
 --               so collections happen inside C functions (finds C code that keeps a pointer into a
 --               Lua value it no longer anchors, as save_file's name list once was)
+--   --leaks     (a sanitizer build only) the children run with LeakSanitizer on (detect_leaks=1), and a batch that
+--               leaks is cut in halves until the calls that leak are found, each reported with the leak's stack:
+--               memory a call loses (a binding that allocates and then raises) grows without bound in a long session
 -- Exit status 0 when no call crashed, hung or tripped a sanitizer.
 local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
 local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
 local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, list = false,
-              messages = false, verbose = false, child = nil, ["gc-stress"] = false }
+              messages = false, verbose = false, child = nil, ["gc-stress"] = false, leaks = false }
 do
   local i = 1
   while arg and arg[i] do
     local a = arg[i]
     local k = a:match("^%-%-([%w_%-]+)$")
-    if k == "quick" or k == "list" or k == "messages" or k == "verbose" or k == "gc-stress" then opt[k] = true
+    if k == "quick" or k == "list" or k == "messages" or k == "verbose" or k == "gc-stress" or k == "leaks" then opt[k] = true
     elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" then
       opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
     elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
@@ -515,10 +518,10 @@ local function run_child(tmp, plan, tag, budget)
   -- ulimit -v makes over-large allocations fail fast (ASan reserves address space, so instead its
   -- allocator returns NULL above max_allocation_size_mb there)
   local lim = SAN and "" or "ulimit -v 6000000; "
-  local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=plain ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=0:abort_on_error=0 "
+  local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=plain ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=%d:abort_on_error=0 "
     .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
     .. "timeout -s KILL %d %s %s --child %s --timeout %s%s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
-    :format(sh(dir), lim, sh(dir), sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),
+    :format(sh(dir), lim, sh(dir), opt.leaks and 1 or 0, sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),
             sh(planf .. "," .. progf), tostring(opt.timeout), opt["gc-stress"] and " --gc-stress" or "", sh(dir .. "/stderr"), sh(progf))
   os.execute(cmd)
   local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr", 1 << 20) }
@@ -546,7 +549,23 @@ local function sanitizer_report(s)
   end
 end
 
+-- LeakSanitizer's report (--leaks): its first leaks, each with the top of its allocation stack.
+local function leak_report(s)
+  local at = s:find("ERROR: LeakSanitizer", 1, true)
+  if not at then return nil end
+  local out, leaks = {}, 0
+  for line in s:sub(at):gmatch("[^\n]+") do
+    if line:find("^%a+ leak of") then leaks = leaks + 1; if leaks > 3 then break end end
+    if leaks > 0 and (line:find("^%a+ leak of") or line:find("^%s+#[0-9] ")) then out[#out + 1] = line end
+  end
+  return table.concat(out, "\n")
+end
+
 local function parent()
+  if opt.leaks and not SAN then
+    io.stderr:write("api_sweep: --leaks needs a sanitizer build run with FP8LAB_SWEEP_SAN=1 (or ASAN_OPTIONS set)\n")
+    os.exit(2)
+  end
   local tmp = os.tmpname(); os.remove(tmp); os.execute("mkdir -p " .. sh(tmp .. "/data"))
   write_idx(tmp .. "/data")
   require("fp8.config").sys.setenv("FP8LAB_SWEEP_DATA", tmp .. "/data")
@@ -632,6 +651,23 @@ local function parent()
       end
       local san = sanitizer_report(res.stderr)
       if last_done == #queue and res.rc == 0 and not san then break end
+      if opt.leaks and last_done == #queue and leak_report(res.stderr) and not res.stderr:find("ERROR: AddressSanitizer", 1, true)
+         and not res.stderr:find("runtime error:", 1, true) then
+        -- every call ended and the child leaked at exit: halves until the calls that leak (both halves when both do)
+        local function bisect(list, rep, t)
+          if #list == 1 then note("leak", list[1], rep); counts.leak = (counts.leak or 0) + 1; return end
+          local mid = #list // 2
+          local found = false
+          for h, half in ipairs { { table.unpack(list, 1, mid) }, { table.unpack(list, mid + 1) } } do
+            local r = run_child(tmp, half, t .. h, budget)
+            local lr = leak_report(r.stderr)
+            if lr then found = true; bisect(half, lr, t .. h) end
+          end
+          if not found then note("leak (these calls together only)", list[#list], rep); counts.leak = (counts.leak or 0) + 1 end
+        end
+        bisect(rest, leak_report(res.stderr), tag .. "_" .. round .. "l")
+        break
+      end
       -- the culprit: the call after the last finished one
       local culprit = queue[last_done + 1]
       if not culprit then
