@@ -1204,14 +1204,18 @@ static int l_cat(lua_State *L) {
     /* torch's legacy rule: a 1-d empty tensor ([0], torch.tensor([]): the accumulator a loop starts from) beside
      * tensors of another shape is left out (it takes no gradient then); the others keep their order. Its dtype
      * still counts, as torch's type promotion takes every tensor of the list: a bf16 tensor after an fp32
-     * torch.tensor([]) gives fp32 (mixed dtypes give fp32, as fl_cat's own rule) */
+     * torch.tensor([]) gives fp32 (mixed dtypes give fp32, as fl_cat's own rule). An FP8 one is refused as fl_cat
+     * refuses every FP8 tensor (and torch refuses to promote FP8 beside another dtype): left out, it was taken in one
+     * order and not the other (bf16 then an empty e4m3 gave bf16, the other way round fp32; until stop 94) */
     int kept = 0, widen = 0;
     for (int i = 0; i < n; i++) kept += !(ts[i]->ndim == 1 && ts[i]->shape[0] == 0);
     if (kept > 0 && kept < n) {
+        for (int i = 0; i < n; i++)
+            if (fl_format(ts[i]->dtype)->is_fp8)
+                return luaL_error(L, "cat: tensor %d is %s: call :dequantize() first (its scale covers only its own "
+                                  "values)", i + 1, fl_format(ts[i]->dtype)->name);
         for (int i = 1; i < n; i++)
-            if (ts[i]->dtype != ts[0]->dtype && (ts[i]->dtype == FL_F32 || ts[i]->dtype == FL_BF16 ||
-                                                 ts[i]->dtype == FL_F16))
-                widen = 1;
+            if (ts[i]->dtype != ts[0]->dtype) widen = 1;   /* fp32, bf16 and fp16 alone here */
         int k = 0;
         for (int i = 0; i < n; i++)
             if (!(ts[i]->ndim == 1 && ts[i]->shape[0] == 0)) ts[k++] = ts[i];

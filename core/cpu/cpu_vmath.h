@@ -81,8 +81,9 @@ static inline __attribute__((always_inline)) float fl_vm_exp(float a) {
 
 /* ln x (torch's log): x = 2^e·m with m in [√½, √2) (a subnormal x scaled by 2^23 first), f = m − 1 exact, and
  * ln(1 + f) = f − f²/2 + f³·q(f), q of degree 7 (fitted for fp8lab as the others: ~0.1 ulp), e·ln 2 added last in
- * two parts (e·HI exact). 0.82 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a
- * negative NaN, ln(+inf) = +inf, a NaN stays itself. */
+ * two parts (e·HI exact). 0.82 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a negative number (−inf
+ * too) the NaN 0x7fc00000 (torch's), ln(+inf) = +inf, a NaN stays itself (a signalling one too, as tanh's and the
+ * sigmoid's here: torch and glibc set its quiet bit). */
 static inline __attribute__((always_inline)) float fl_vm_log(float x) {
     const bool sub = x < 0x1p-126f;
     union { float f; uint32_t u; } q = { .f = sub ? x * 8388608.0f : x };
