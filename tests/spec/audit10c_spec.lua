@@ -2,10 +2,6 @@
 -- and what many failing (pcall'd) or repeated calls leave behind (memory, descriptors, temporary files).
 -- docs/robustness.md, "Leaks and resources in a long session (stop 94)". No timings: sizes and counts only.
 
--- This process's virtual size in bytes (/proc/self/statm's first field): memory a call loses grows it, resident or
--- not (a large calloc is fresh mmap'd pages, which RSS does not count until touched).
--- Whether this is the ASan build (make sanitize): its allocator keeps freed memory in quarantine, so the virtual size
--- grows without a leak; there LeakSanitizer, at the exit of the spec run (detect_leaks=1), reports what a call lost.
 -- The open descriptors of this process.
 local function fd_count()
   local pid = io.open("/proc/self/stat"):read("l"):match("^(%d+)")
