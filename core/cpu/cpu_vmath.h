@@ -84,13 +84,13 @@ static inline __attribute__((always_inline)) float fl_vm_exp(float a) {
  * two parts (e·HI exact). 0.82 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a negative number (−inf
  * too) the NaN 0x7fc00000 (torch's), ln(+inf) = +inf, a NaN stays itself (a signalling one too, as tanh's and the
  * sigmoid's here: torch and glibc set its quiet bit). */
-static inline __attribute__((always_inline)) float fl_vm_log(float x) {
-    const bool sub = x < 0x1p-126f;
-    union { float f; uint32_t u; } q = { .f = sub ? x * 8388608.0f : x };
+/* ln of q = 2^(e − adj)·m, q's exponent field read as e (adj: 23 for a subnormal scaled by 2^23, else 0); no checks. */
+static inline __attribute__((always_inline)) float fl_vm_log_parts(float qf, int32_t adj) {
+    union { float f; uint32_t u; } q = { .f = qf };
     const int32_t e = (int32_t)(q.u - 0x3F3504F3u) >> 23;   /* 0x3F3504F3: √½'s bits */
     union { uint32_t u; float f; } m = { .u = q.u - ((uint32_t)e << 23) };
     const float f = m.f - 1.0f;
-    const float ef = (float)(sub ? e - 23 : e);
+    const float ef = (float)(e - adj);
     const float z = f * f;
     float c = -7.6344296336e-02f;
     c = fmaf(c, f, 1.2761549652e-01f);
@@ -103,10 +103,21 @@ static inline __attribute__((always_inline)) float fl_vm_log(float x) {
     float y = fmaf(f * z, c, ef * -FL_VM_LN2_LO);
     y = fmaf(-0.5f, fmaf(f, f, -z), y);   /* f² = z + (f² − z) exactly: the part of f²/2 that z rounded off */
     y = fmaf(-0.5f, z, y);
-    float l = fmaf(ef, FL_VM_LN2_HI, f + y);
+    return fmaf(ef, FL_VM_LN2_HI, f + y);
+}
+
+static inline __attribute__((always_inline)) float fl_vm_log(float x) {
+    const bool sub = x < 0x1p-126f;
+    float l = fl_vm_log_parts(sub ? x * 8388608.0f : x, sub ? 23 : 0);
     l = x > 0.0f ? l : (x == 0.0f ? -INFINITY : NAN);
     l = x == INFINITY ? x : l;
     return x != x ? x : l;
+}
+
+/* Whether fl_vm_log(x) is fl_vm_log_parts(x, 0): x positive, normal and finite (its bits in [2^-126's, inf's)). */
+static inline __attribute__((always_inline)) int fl_vm_log_plain(float x) {
+    union { float f; uint32_t u; } b = { .f = x };
+    return b.u - 0x00800000u < 0x7F000000u;
 }
 
 /* σ(x) = 1/(1 + e^-x): with e = e^-|x| ≤ 1 (never overflows), 1/(1+e) for x ≥ 0 and e/(1+e) below, one division.

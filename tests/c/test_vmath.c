@@ -181,3 +181,40 @@ TEST(vmath_kernels_match_scalar) {
     fl_cpu_avx512_allowed = true;
     free(x); free(dy); free(y); free(d);
 }
+
+/* The elementwise log runs blocks of positive normal inputs without its checks (cpu_elementwise.c, log_blocks):
+ * blocks holding one special input each (a subnormal, ±0, a negative number, inf, NaN, the smallest normal and the
+ * largest finite float), placed first, last and inside a block, beside blocks of plain inputs, give the scalar
+ * function's bits, on both ISA copies. */
+TEST(vmath_log_blocks_with_special_inputs) {
+    const int64_t n = 9 * 512 + 100;
+    float *x = malloc(n * 4);
+    uint64_t s = 777;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = expf((float)((double)(s >> 11) / 9007199254740992.0 * 160.0 - 80.0));
+    }
+    x[512 + 5] = 1e-40f; x[3 * 512 - 1] = -0.0f; x[3 * 512] = -3.0f; x[4 * 512 + 300] = NAN;
+    x[5 * 512 + 511] = INFINITY; x[6 * 512 + 7] = 0.0f; x[7 * 512] = 0x1p-126f; x[7 * 512 + 1] = 0x1.fffffep127f;
+    x[n - 1] = 1e-45f;
+    for (int wide = 0; wide < 2; wide++) {
+        fl_cpu_avx512_allowed = wide;
+        fl_tensor *t = NULL, *r = NULL;
+        int64_t shape[1] = { n };
+        REQUIRE_OK(fl_tensor_empty(&t, FL_F32, 1, shape, FL_DEV_CPU));
+        memcpy(fl_tensor_data(t), x, (size_t)n * 4);
+        REQUIRE_OK(fl_unary(&r, FL_OP_LOG, t));
+        const float *ry = fl_tensor_data(r);
+        int bad = 0;
+        int64_t first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            const float a = fl_vm_log(x[i]);
+            if (memcmp(&a, &ry[i], 4) != 0) { bad++; if (first < 0) first = i; }
+        }
+        CHECK(bad == 0, "log (wide %d): %d elements differ from the scalar function, the first at %lld", wide, bad,
+              (long long)first);
+        fl_tensor_release(t); fl_tensor_release(r);
+    }
+    fl_cpu_avx512_allowed = true;
+    free(x);
+}
