@@ -79,6 +79,16 @@ static inline __attribute__((always_inline)) float fl_vm_exp(float a) {
     return a != a ? a : (a >= -104.0f ? e : 0.0f);
 }
 
+/* fl_vm_exp for a in [-86.5, 88] (fl_vm_exp_plain), where e^a is a normal float: k in [-125, 127], so 2^k is one
+ * factor and y·2^k is exact as y·2^k1·2^k2 is; the same bits without the clamps and the checks. */
+static inline __attribute__((always_inline)) int fl_vm_exp_plain(float a) { return a >= -86.5f && a <= 88.0f; }
+static inline __attribute__((always_inline)) float fl_vm_exp_normal(float a) {
+    float k, r;
+    int32_t ki;
+    const float p = fl_vm_exp_reduce(a, &k, &ki, &r);
+    return fmaf(r, fmaf(p, r, 1.0f), 1.0f) * fl_vm_pow2i(ki);
+}
+
 /* ln x (torch's log): x = 2^e·m with m in [√½, √2) (a subnormal x scaled by 2^23 first), f = m − 1 exact, and
  * ln(1 + f) = f − f²/2 + f³·q(f), q of degree 7 (fitted for fp8lab as the others: ~0.1 ulp), e·ln 2 added last in
  * two parts (e·HI exact). 0.82 ulp at worst (glibc's logf 0.805). ln(±0) = −inf, ln of a negative number (−inf

@@ -182,39 +182,46 @@ TEST(vmath_kernels_match_scalar) {
     free(x); free(dy); free(y); free(d);
 }
 
-/* The elementwise log runs blocks of positive normal inputs without its checks (cpu_elementwise.c, log_blocks):
- * blocks holding one special input each (a subnormal, ±0, a negative number, inf, NaN, the smallest normal and the
- * largest finite float), placed first, last and inside a block, beside blocks of plain inputs, give the scalar
- * function's bits, on both ISA copies. */
-TEST(vmath_log_blocks_with_special_inputs) {
+/* The elementwise exp and log run blocks of inputs in a plain range without their checks (cpu_elementwise.c,
+ * BLOCK_MAP): blocks holding one input outside it each (for log a subnormal, ±0, a negative number, inf, NaN; for
+ * exp the ends of the range and just past them, ±inf, NaN, a subnormal result, an overflow), placed first, last and
+ * inside a block, beside blocks of plain inputs, give the scalar functions' bits, on both ISA copies. */
+TEST(vmath_exp_log_blocks_with_special_inputs) {
     const int64_t n = 9 * 512 + 100;
-    float *x = malloc(n * 4);
+    float *x = malloc(n * 4), *e = malloc(n * 4);
     uint64_t s = 777;
     for (int64_t i = 0; i < n; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = expf((float)((double)(s >> 11) / 9007199254740992.0 * 160.0 - 80.0));
+        e[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 160.0 - 80.0);
+        x[i] = expf(e[i]);
     }
     x[512 + 5] = 1e-40f; x[3 * 512 - 1] = -0.0f; x[3 * 512] = -3.0f; x[4 * 512 + 300] = NAN;
     x[5 * 512 + 511] = INFINITY; x[6 * 512 + 7] = 0.0f; x[7 * 512] = 0x1p-126f; x[7 * 512 + 1] = 0x1.fffffep127f;
     x[n - 1] = 1e-45f;
+    e[0] = -86.5f; e[1] = 88.0f; e[512 + 5] = -86.50001f; e[2 * 512 + 511] = 88.00001f; e[3 * 512] = NAN;
+    e[4 * 512 + 9] = -INFINITY; e[5 * 512 + 2] = INFINITY; e[6 * 512 + 100] = -100.0f; e[7 * 512 + 3] = 89.0f;
+    e[n - 1] = -87.2f;
     for (int wide = 0; wide < 2; wide++) {
         fl_cpu_avx512_allowed = wide;
-        fl_tensor *t = NULL, *r = NULL;
-        int64_t shape[1] = { n };
-        REQUIRE_OK(fl_tensor_empty(&t, FL_F32, 1, shape, FL_DEV_CPU));
-        memcpy(fl_tensor_data(t), x, (size_t)n * 4);
-        REQUIRE_OK(fl_unary(&r, FL_OP_LOG, t));
-        const float *ry = fl_tensor_data(r);
-        int bad = 0;
-        int64_t first = -1;
-        for (int64_t i = 0; i < n; i++) {
-            const float a = fl_vm_log(x[i]);
-            if (memcmp(&a, &ry[i], 4) != 0) { bad++; if (first < 0) first = i; }
+        for (int op = 0; op < 2; op++) {
+            const float *in = op == 0 ? e : x;
+            fl_tensor *t = NULL, *r = NULL;
+            int64_t shape[1] = { n };
+            REQUIRE_OK(fl_tensor_empty(&t, FL_F32, 1, shape, FL_DEV_CPU));
+            memcpy(fl_tensor_data(t), in, (size_t)n * 4);
+            REQUIRE_OK(fl_unary(&r, op == 0 ? FL_OP_EXP : FL_OP_LOG, t));
+            const float *ry = fl_tensor_data(r);
+            int bad = 0;
+            int64_t first = -1;
+            for (int64_t i = 0; i < n; i++) {
+                const float a = op == 0 ? fl_vm_exp(in[i]) : fl_vm_log(in[i]);
+                if (memcmp(&a, &ry[i], 4) != 0) { bad++; if (first < 0) first = i; }
+            }
+            CHECK(bad == 0, "%s (wide %d): %d elements differ from the scalar function, the first at %lld",
+                  op == 0 ? "exp" : "log", wide, bad, (long long)first);
+            fl_tensor_release(t); fl_tensor_release(r);
         }
-        CHECK(bad == 0, "log (wide %d): %d elements differ from the scalar function, the first at %lld", wide, bad,
-              (long long)first);
-        fl_tensor_release(t); fl_tensor_release(r);
     }
     fl_cpu_avx512_allowed = true;
-    free(x);
+    free(x); free(e);
 }
