@@ -1,7 +1,8 @@
 -- bench_elementwise.lua [rounds] — the CPU elementwise ops a training step calls (same-shape fp32 add/mul, a
--- broadcast bias add, a scalar multiply, bf16 add) and the comparisons, timed as the fastest of `rounds` rounds
--- (default 7) of 20 calls each, in ms per call. For A/B runs of two builds: run each binary on this script in
--- turn, a few times over, and compare the fastest figures (docs/performance.md).
+-- broadcast bias add, a scalar multiply, bf16 add), the comparisons, and exp and log (log of |a| + 1e-3; exp of a,
+-- and of a with a value past exp's plain range every 512th, which sends every block through the checked loop),
+-- timed as the fastest of `rounds` rounds (default 7) of 20 calls each, in ms per call. For A/B runs of two builds:
+-- run each binary on this script in turn, a few times over, and compare the fastest figures (docs/performance.md).
 --   OMP_NUM_THREADS=2 build/fp8lab scripts/bench_elementwise.lua 7
 local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local USAGE = "usage: fp8lab scripts/bench_elementwise.lua [ROUNDS]   (ROUNDS: an integer >= 1, default 7)"
@@ -19,6 +20,9 @@ local N = 1 << 22                         -- 4M elements, 16 MiB per fp32 tensor
 local a, b = fp8.randn { N }, fp8.randn { N }
 local m, bias = fp8.randn { 4096, 1024 }, fp8.randn { 1024 }
 local ah, bh = a:to("bf16"), b:to("bf16")
+local pos = a:abs() + 1e-3
+local spiky = a:clone()
+for i = 1, N, 512 do spiky[i] = 100 end   -- e^100 overflows: outside exp's plain range, in every block
 
 local cases = {
   { "add fp32 [4M]", function() return a + b end },
@@ -28,6 +32,9 @@ local cases = {
   { "add bf16 [4M]", function() return ah + bh end },
   { "lt fp32 [4M]", function() return a:lt(b) end },
   { "maximum fp32 [4M]", function() return a:maximum(b) end },
+  { "exp fp32 [4M]", function() return a:exp() end },
+  { "exp fp32 [4M], a spike a block", function() return spiky:exp() end },
+  { "log fp32 [4M]", function() return pos:log() end },
 }
 
 for _, c in ipairs(cases) do
