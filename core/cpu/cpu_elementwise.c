@@ -14,7 +14,9 @@ FL_VM_MAPS(fl_vm_sigmoid)
 /* BLOCK_MAP(name, plain, fast, full) defines map_name(x, y, n, wide): y[i] = full(x[i]), VM_BLOCK elements at a
  * time. A block whose inputs all pass plain (the usual case) runs fast, which gives full's bits on those inputs
  * without its range handling and checks; any other block runs full. The block is tested before anything is
- * written, so y may be x. exp: 41 vector instructions a vector of 16 → 28; log: 47 → 27 (cpu_vmath.h). */
+ * written, so y may be x. The next block is prefetched first: the test pass alone would wait on memory for every
+ * block, and the loop after it find the cache warm, the two never overlapping. exp: 41 vector instructions a vector
+ * of 16 → 21 with the test; log: 47 → 31 (cpu_vmath.h). */
 #define VM_BLOCK 512
 #define BLOCK_MAP(name, plain, fast, full)                                                                         \
     static inline __attribute__((always_inline)) void map256_##name(const float *x, float *y, int64_t n) {         \
@@ -22,6 +24,8 @@ FL_VM_MAPS(fl_vm_sigmoid)
             const int64_t m = n - i0 < VM_BLOCK ? n - i0 : VM_BLOCK;                                               \
             const float *xb = x + i0;                                                                              \
             float *yb = y + i0;                                                                                    \
+            const int64_t ahead = n - i0 - m < VM_BLOCK ? n - i0 - m : VM_BLOCK;                                   \
+            for (int64_t j = 0; j < ahead; j += 16) __builtin_prefetch(xb + m + j);                                \
             int all = 1;                                                                                           \
             _Pragma("omp simd reduction(&:all)")                                                                   \
             for (int64_t i = 0; i < m; i++) all &= plain(xb[i]);                                                   \
