@@ -149,3 +149,58 @@ describe("in-place forms: torch's x:<op>_() for each out-of-place op fp8lab has"
     U.fails_with("bernoulli_: p must be in [0, 1], got 2", function() return fp8.zeros { 2 }:bernoulli_(2) end)
   end)
 end)
+
+describe("CyclicLR: base_lrs loaded from a state dict (or written) is honoured, as torch's get_lr reads it", function()
+  local function make()
+    local o = fp8.optim.SGD({ { params = { fp8.zeros { 1 }:requires_grad_() } },
+      { params = { fp8.zeros { 1 }:requires_grad_() } } }, { lr = 0.1 })
+    return o, fp8.optim.lr_scheduler.CyclicLR(o, { base_lr = 0.01, max_lr = { 0.1, 0.2 }, step_size_up = 4,
+      cycle_momentum = false })
+  end
+  local function next_rows(o, s, n)
+    local rows = {}
+    for _ = 1, n do
+      o:step(); s:step()
+      rows[#rows + 1] = { o.param_groups[1].lr, o.param_groups[2].lr }
+    end
+    return rows
+  end
+  local function close_rows(want, got)
+    for r = 1, #want do
+      for i = 1, 2 do assert.is_true(math.abs(want[r][i] - got[r][i]) <= 1e-12, ("row %d group %d: %s, expected %s")
+        :format(r, i, got[r][i], want[r][i])) end
+    end
+  end
+  -- scripts/gen_audit11b.py, cyclic_loaded: three steps, base_lrs set to [0.05, 0.0] in the state, loaded into a new
+  -- one; the lrs after each of the next 6 steps. Before: base_lr's 0.01 went on (0.0775, 0.1525 at the first)
+  local TORCH = { { 0.1, 0.2 }, { 0.0875, 0.15 }, { 0.075, 0.1 }, { 0.0625, 0.05 }, { 0.05, 0.0 }, { 0.0625, 0.05 } }
+  it("from a loaded state dict", function()
+    local o, s = make()
+    for _ = 1, 3 do o:step(); s:step() end
+    local sd = s:state_dict()
+    sd.base_lrs = { 0.05, 0.0 }
+    local o2, s2 = make()
+    s2:load_state_dict(sd)
+    assert.are.same({ 0.05, 0.0 }, s2.base_lrs)
+    close_rows(TORCH, next_rows(o2, s2, 6))
+  end)
+  it("written by hand mid-run", function()
+    local o, s = make()
+    for _ = 1, 3 do o:step(); s:step() end
+    s.base_lrs = { 0.05, 0.0 }
+    close_rows(TORCH, next_rows(o, s, 6))
+  end)
+  it("a state saved before stop 95 still loads (its schedule probe is the same)", function()
+    -- make()'s state after 3 steps from the code before the fix (main at eefd0ab): its `schedule` entry
+    local old = { last_epoch = 3, name = "CyclicLR", base_lrs = { 0.01, 0.01 }, schedule = { 0.01,
+      0.032500000000000001, 0.055000000000000007, 0.077499999999999999, 0.10000000000000001, 0.077499999999999999,
+      0.055000000000000007, 0.032500000000000001, 0.01, 0.055000000000000007, 0.10000000000000001,
+      0.032500000000000001, 0.01, 0.10000000000000001, 0.032500000000000001, 0.055000000000000007, 0.01, 0.01,
+      0.055000000000000007, 0.01, 0.077499999999999999, 0.10000000000000001, 0.01, 0.055000000000000007, 0.01, 0.01,
+      0.10000000000000001, 0.10000000000000001, 0.055000000000000007, 0.01, 0.01, 0.01, 0.01, 0.01 } }
+    local o, s = make()
+    s:load_state_dict(old)
+    assert.is_true(math.abs(o.param_groups[1].lr - 0.0775) < 1e-12)
+    assert.are.same(old.schedule, s:state_dict().schedule)
+  end)
+end)
