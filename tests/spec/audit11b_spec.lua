@@ -204,3 +204,65 @@ describe("CyclicLR: base_lrs loaded from a state dict (or written) is honoured, 
     assert.are.same(old.schedule, s:state_dict().schedule)
   end)
 end)
+
+describe("hypot's gradient is right for every finite pair (one node, HypotBackward)", function()
+  local inf, nan = math.huge, 0 / 0
+  -- scripts/gen_audit11b.py, hypot: torch's value and gradients (x/h, y/h); where torch's x/h is off (h subnormal
+  -- or overflowed) the expected gradient is the derivative at the fp32 operands, x/√(x² + y²) in float64 rounded to
+  -- fp32 (/opt/torch2/bin/python: a = float(np.float32(x)); a / math.hypot(a, b)); torch's beside it in a comment
+  local CASES = {
+    { 3e-40, 4e-40, 5.000001076526666e-40, 0.5999991297721863, 0.8000006675720215 },   -- torch 0.59999943, 0.80000114
+    { 1e-45, 1e-45, 1.401298464324817e-45, 0.7071067690849304, 0.7071067690849304 },   -- torch 1, 1
+    { 1e-45, 1e-30, 1.0000000031710769e-30, 1.4012984854108084e-15, 1.0 },
+    { 1e-30, 1e-30, 1.4142135555081815e-30, 0.7071067690849304, 0.7071067690849304 },
+    { 3.0, 4.0, 5.0, 0.6000000238418579, 0.800000011920929 },
+    { 0.0, -2.0, 2.0, 0.0, -1.0 },
+    { 1e38, 1e38, 1.4142135230892728e+38, 0.7071067690849304, 0.7071067690849304 },
+    { 3e38, 1.0, 3.0000000054977558e+38, 1.0, 3.333333116818801e-39 },
+    { 1e20, 1e-20, 1.0000000200408773e+20, 1.0, 9.99994610111476e-41 },
+    { -3e-40, 4e-40, 5.000001076526666e-40, -0.5999991297721863, 0.8000006675720215 },
+    { 1e-45, 0.0, 1.401298464324817e-45, 1.0, 0.0 },
+    { inf, 1.0, inf, nan, 0.0 },
+    { 1.0, -inf, inf, 0.0, nan },
+    { inf, inf, inf, nan, nan },
+    { nan, 1.0, nan, nan, nan },
+    { nan, inf, inf, nan, nan },
+    { 3e38, 3e38, inf, 0.7071067690849304, 0.7071067690849304 },   -- torch 0, 0 (h overflowed)
+    { 0.0, 0.0, 0.0, 0.0, 0.0 },   -- torch nan, nan (0/0); fp8lab's 0, as documented
+  }
+  local function close(want, got, what)
+    if want ~= want then assert.is_true(got ~= got, ("%s: %s, expected NaN"):format(what, got)); return end
+    if want == 0 or math.abs(want) == inf then assert.are.equal(want, got, what); return end
+    assert.is_true(math.abs(got - want) <= 2 ^ -22 * math.abs(want), ("%s: %.9g, expected %.9g"):format(what, got, want))
+  end
+  it("values and gradients: torch's, or the exact derivative where torch's x/h is off", function()
+    local A, B = {}, {}
+    for i, c in ipairs(CASES) do A[i], B[i] = c[1], c[2] end
+    local a, b = fp8.tensor(A):requires_grad_(), fp8.tensor(B):requires_grad_()
+    local h = a:hypot(b)
+    h:sum():backward()
+    local H, GA, GB = h:totable(), a.grad:totable(), b.grad:totable()
+    for i, c in ipairs(CASES) do
+      local at = ("(%g, %g)"):format(c[1], c[2])
+      close(c[3], H[i], "hypot" .. at); close(c[4], GA[i], "x's gradient at " .. at)
+      close(c[5], GB[i], "y's gradient at " .. at)
+    end
+    assert.are.equal("HypotBackward", h:grad_fn())
+  end)
+  it("broadcasts, sums each gradient to its operand's shape, and keeps the dtype rule", function()
+    local a = fp8.tensor { { 3e-40 }, { 3 } }:requires_grad_()
+    local b = fp8.tensor { { 4e-40, 4 } }:to("bf16"):requires_grad_()
+    local h = a:hypot(b)
+    assert.are.equal("fp32", h:dtype())
+    assert.are.same({ 2, 2 }, h:shape())
+    h:sum():backward()
+    assert.are.same({ 2, 1 }, a.grad:shape()); assert.are.same({ 1, 2 }, b.grad:shape())
+    -- the derivative at the operands' own values (bf16's 4e-40 is 3.67e-40), summed over b's two
+    local a1, b1, b2 = a:get { 1, 1 }, b:get { 1, 1 }, b:get { 1, 2 }
+    local want = a1 / math.sqrt(a1 ^ 2 + b1 ^ 2) + a1 / math.sqrt(a1 ^ 2 + b2 ^ 2)
+    assert.is_true(math.abs(a.grad:get { 1, 1 } - want) < 1e-6 * want, tostring(a.grad:get { 1, 1 }))
+    assert.are.equal("bf16", fp8.tensor { 3 }:to("bf16"):hypot(fp8.tensor { 4 }:to("bf16")):dtype())
+    U.fails_with("hypot: e4m3 tensor: call :dequantize() first",
+      function() return fp8.tensor { 1 }:hypot(fp8.tensor { 1 }:quantize("e4m3")) end)
+  end)
+end)
