@@ -56,6 +56,13 @@ fl_status fl_where(fl_tensor **out, const fl_tensor *cond, const fl_tensor *a, c
 /* clamp between two numbers: minimum(maximum(a, lo), hi), the same values and gradient as those two calls, in one
  * node that keeps a alone (as torch's clamp) */
 fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double hi);
+/* torch.hypot: √(a² + b²) without overflow or underflow in the squares (m·√(1 + (n/m)²), m and n the larger and
+ * smaller of |a| and |b|, in fp32, rounded once to the result's dtype: a's and b's, fp32 where they differ); 0 where
+ * both are 0; inf where either is infinite, the other NaN included (C's hypot); the two broadcast. Differentiable,
+ * torch's x/h for each operand computed as (x/m)/√(1 + (n/m)²), right for every finite pair (torch's x/h is off where
+ * h is subnormal or overflows); NaN for an infinite operand and 0 for a finite one beside it, as torch's; 0 for both
+ * at (0, 0), where torch's 0/0 is NaN (its subgradient, as norm's). Not for FP8 operands. */
+fl_status fl_hypot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a);
 /* dim == FL_ALL_DIMS reduces everything to a 0-d tensor; negative dim counts from the end. */
 fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);

@@ -247,6 +247,94 @@ fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_t
     return st;
 }
 
+/* ---- hypot ----------------------------------------------------------------------------------------- */
+
+/* |a| and |b| in fp32 (*aa, *bb), and the larger and smaller of them (*m, *n) */
+static fl_status hypot_parts(fl_tensor **aa, fl_tensor **bb, fl_tensor **m, fl_tensor **n, const fl_tensor *a,
+                             const fl_tensor *b) {
+    fl_tensor *u = NULL, *v = NULL;
+    fl_status st = fl_unary_raw(&u, FL_OP_ABS, a);   /* (refuses an FP8 operand, as arithmetic does) */
+    if (st == FL_OK) st = fl_unary_raw(&v, FL_OP_ABS, b);
+    if (st == FL_OK) st = u->dtype == FL_F32 ? (*aa = fl_tensor_retain(u), FL_OK) : fl_tensor_to(aa, u, FL_F32);
+    if (st == FL_OK) st = v->dtype == FL_F32 ? (*bb = fl_tensor_retain(v), FL_OK) : fl_tensor_to(bb, v, FL_F32);
+    if (st == FL_OK) st = fl_binary_raw(m, FL_OP_MAXIMUM, *aa, *bb);
+    if (st == FL_OK) st = fl_binary_raw(n, FL_OP_MINIMUM, *aa, *bb);
+    fl_tensor_release(u);
+    fl_tensor_release(v);
+    return st;
+}
+
+/* 1 where m is 0 (*z), m with 1 there (*ms), and √(1 + (n/ms)²) (*s): what the value and the gradient share */
+static fl_status hypot_root(fl_tensor **z, fl_tensor **ms, fl_tensor **s, const fl_tensor *m, const fl_tensor *n) {
+    fl_tensor *q = NULL, *q2 = NULL, *s1 = NULL;
+    fl_status st = fl_binary_scalar_raw(z, FL_OP_EQ, m, 0.0, false);
+    if (st == FL_OK) st = fl_binary_raw(ms, FL_OP_ADD, m, *z);
+    if (st == FL_OK) st = fl_binary_raw(&q, FL_OP_DIV, n, *ms);
+    if (st == FL_OK) st = fl_binary_raw(&q2, FL_OP_MUL, q, q);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&s1, FL_OP_ADD, q2, 1.0, false);
+    if (st == FL_OK) st = fl_unary_raw(s, FL_OP_SQRT, s1);
+    fl_tensor_release(q);
+    fl_tensor_release(q2);
+    fl_tensor_release(s1);
+    return st;
+}
+
+/* the gradient of input i: g·(x/ms)/s, +0 where both operands are 0, summed to x's shape. Each factor stays within
+ * [0, 1] (x/ms) or [1, √2] (s), so no step under- or overflows where x/h itself is finite: torch's g·x/h is 1 at
+ * (1e-45, 1e-45), where the derivative is 0.7071, x/h's h having rounded to 1e-45, and 0 at (3e38, 3e38), where h
+ * overflowed (before stop 95 hypot was a graph of ops, which divided by m twice: NaN at (1e-45, 1e-45), -inf at
+ * (3e-40, 4e-40)). Beside an infinity: inf/inf = NaN for the infinite operand, finite/inf = 0 for the other. */
+static fl_status hypot_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    fl_tensor *aa = NULL, *bb = NULL, *m = NULL, *mn = NULL, *z = NULL, *ms = NULL, *s = NULL, *keep = NULL;
+    fl_status st = hypot_parts(&aa, &bb, &m, &mn, n->saved[0], n->saved[1]);
+    if (st == FL_OK) st = hypot_root(&z, &ms, &s, m, mn);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&keep, FL_OP_SUB, z, 1.0, true);   /* 1 - z */
+    for (int i = 0; i < 2 && st == FL_OK; i++) {
+        if (!fl_node_input_needs_grad(n, i)) continue;
+        fl_tensor *x = NULL, *r = NULL, *d = NULL, *k = NULL, *t = NULL;
+        const fl_tensor *xi = n->saved[i];
+        st = xi->dtype == FL_F32 ? (x = fl_tensor_retain((fl_tensor *)xi), FL_OK) : fl_tensor_to(&x, xi, FL_F32);
+        if (st == FL_OK) st = fl_binary_raw(&r, FL_OP_DIV, x, ms);
+        if (st == FL_OK) st = fl_binary_raw(&d, FL_OP_DIV, r, s);
+        if (st == FL_OK) st = masked_grad(&k, keep, d);
+        if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, k);
+        if (st == FL_OK) { st = reduce_into(&gin[i], t, n->inputs[i]); t = NULL; }
+        fl_tensor *all[] = { x, r, d, k, t };
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) fl_tensor_release(all[j]);
+    }
+    fl_tensor *all[] = { aa, bb, m, mn, z, ms, s, keep };
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++) fl_tensor_release(all[j]);
+    return st;
+}
+
+fl_status fl_hypot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+    const fl_tensor *ins[2] = { a, b };
+    fl_tensor *aa = NULL, *bb = NULL, *m = NULL, *mn = NULL, *z = NULL, *ms = NULL, *s = NULL, *r = NULL, *keep = NULL;
+    fl_tensor *r0 = NULL, *ia = NULL, *ib = NULL, *inf = NULL, *v = NULL;
+    *out = NULL;
+    fl_status st = hypot_parts(&aa, &bb, &m, &mn, a, b);
+    if (st == FL_OK) st = hypot_root(&z, &ms, &s, m, mn);
+    if (st == FL_OK) st = fl_binary_raw(&r0, FL_OP_MUL, ms, s);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&keep, FL_OP_SUB, z, 1.0, true);
+    if (st == FL_OK) st = fl_binary_raw(&r, FL_OP_MUL, r0, keep);                  /* 0 where both are 0 */
+    /* an infinite operand gives inf, whatever the other is (NaN included: C's hypot, torch's) */
+    if (st == FL_OK) st = fl_binary_scalar_raw(&ia, FL_OP_EQ, aa, INFINITY, false);
+    if (st == FL_OK) st = fl_binary_scalar_raw(&ib, FL_OP_EQ, bb, INFINITY, false);
+    if (st == FL_OK) { fl_tensor_release(r0); r0 = NULL; st = fl_binary_raw(&r0, FL_OP_MAXIMUM, ia, ib); }
+    if (st == FL_OK) st = fl_tensor_full(&inf, FL_F32, 0, NULL, INFINITY, r->device);
+    if (st == FL_OK) st = fl_where(&v, r0, inf, r);
+    const fl_dtype dt = a->dtype == b->dtype ? a->dtype : FL_F32;
+    if (st == FL_OK) st = dt == FL_F32 ? (*out = fl_tensor_retain(v), FL_OK) : fl_tensor_to(out, v, dt);
+    fl_tensor *all[] = { aa, bb, m, mn, z, ms, s, r, keep, r0, ia, ib, inf, v };
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++) fl_tensor_release(all[j]);
+    if (st != FL_OK || !fl_any_requires_grad(2, ins)) return st;
+    fl_node *n;
+    FL_TRY(fl_autograd_record(out, &n, "HypotBackward", hypot_bwd, 2, ins));
+    fl_node_save(n, 0, a);
+    fl_node_save(n, 1, b);
+    return FL_OK;
+}
+
 /* where(cond, a, b)'s node: inputs a and b, and one byte an element of cond's shape, 1 where cond is 0 (b's
  * elements), as an E4M3 tensor with scale 1 (exact 0 and 1 on any device): torch keeps its bool condition alone. */
 static fl_status where_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {

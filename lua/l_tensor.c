@@ -855,6 +855,14 @@ static int m_minimum(lua_State *L) { return arith(L, FL_OP_MINIMUM); }
 static int m_atan2(lua_State *L) { return arith(L, FL_OP_ATAN2); }
 static int m_fmod(lua_State *L) { return arith(L, FL_OP_FMOD); }
 static int m_remainder(lua_State *L) { return arith(L, FL_OP_REMAINDER); }   /* also x % y, Python's and torch's % */
+/* x:_hypot(y): fp8.Tensor.hypot's core (lua/fp8/tensor_math.lua checks the arguments and makes a number a tensor) */
+static int m_hypot(lua_State *L) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    fl_lmaxargs(L, 2, "hypot", "(other)");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_hypot(slot, a, b));
+    return 1;
+}
 /* cond:_where(a, b): fp8.where's core (lua/fp8/tensor.lua checks the arguments first); a number is a 0-d tensor of
  * the other one's dtype (fp32 beside a number), on cond's device. */
 static int m_where(lua_State *L) {
@@ -1409,7 +1417,7 @@ static const luaL_Reg methods[] = {
     {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where}, {"_clamp", m_clamp_scalar},
-    {"atan2", m_atan2}, {"fmod", m_fmod}, {"remainder", m_remainder},
+    {"atan2", m_atan2}, {"_hypot", m_hypot}, {"fmod", m_fmod}, {"remainder", m_remainder},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid}, {"sin", m_sin}, {"cos", m_cos}, {"floor", m_floor}, {"ceil", m_ceil},

@@ -79,7 +79,8 @@ add_all {
   { section = "Tensors", name = "Tensor:hypot",
     sig = "x:hypot(y) / :logaddexp2(y) / :floor_divide(y) / :true_divide(y) / :copysign(y) / :float_power(e) / "
        .. ":heaviside(values) / :frac() / :sinc() / :signbit() / :sgn() / :rad2deg() / :deg2rad()",
-    doc = "torch's, with its values at the edges: hypot without overflow in the squares; log2(2^x + 2^y);\n"
+    doc = "torch's, with its values at the edges: hypot without overflow in the squares (its gradient x/h right\n"
+       .. "for every finite pair, subnormal and huge ones too, where torch's is off; 0 at (0, 0)); log2(2^x + 2^y);\n"
        .. "floor_divide from fmod (torch's rounding; x/0 where y is 0); copysign by the sign bit (-0 counts);\n"
        .. "float_power in double, rounded to fp32; heaviside 0/values/1; frac x - trunc(x); sinc sin(pi x)/(pi x)\n"
        .. "(its Taylor polynomial near 0, exact gradients there). Differentiable where torch's are; heaviside,\n"
@@ -264,8 +265,12 @@ add_all {
     doc = "fp8.nn.functional.softmax / log_softmax as methods (torch's x.softmax(dim))." },
   { section = "Tensors", name = "Tensor:add_",
     sig = "x:add_(y [, alpha]) / :sub_ / :mul_(y) / :div_(y) / :clamp_(min, max) / :copy_(src) / :fill_(v) / "
-       .. ":zero_() / :masked_fill_(mask, v) / :lerp_(end, w) / :uniform_(a, b) / :normal_(m, s)",
+       .. ":zero_() / :masked_fill_(mask, v) / :lerp_(end, w) / :uniform_(a, b) / :normal_(m, s) / :bernoulli_(p) / "
+       .. ":exp_() / :log_() / :sqrt_() / :pow_(e) / :eq_(y) / ... (the in-place form of torch's out-of-place methods)",
     doc = "torch's in-place writes: x's own values replaced (y and src broadcast to x's shape), x returned.\n"
+       .. "x:exp_(), x:clamp_min_(0), x:cumsum_(1), ...: the out-of-place method's values written into x (its\n"
+       .. "arguments and refusals). float_power_ is refused (torch's result is fp64); squeeze_, t_, transpose_,\n"
+       .. "detach_ and the other shape or history changes are left out (docs/lua-api.md lists them).\n"
        .. "A tensor that requires grad or is part of a graph is written only under fp8.no_grad (an optimizer's or\n"
        .. "an EMA's update), and a backward that saved x before the write refuses to run. FP8 tensors and\n"
        .. "expanded views are refused; a number past the dtype's range (fill_(1e9) in fp16) too.\n"
@@ -585,7 +590,16 @@ also("Tensor:dot", { "Tensor:addmm", "Tensor:baddbmm", "Tensor:diagonal", "Tenso
 also("Tensor:addcmul", { "Tensor:addcdiv", "Tensor:nan_to_num", "Tensor:logaddexp", "Tensor:xlogy", "Tensor:logit",
                          "Tensor:isclose", "Tensor:allclose", "Tensor:count_nonzero", "Tensor:clip", "Tensor:relu" })
 also("Tensor:add_", { "Tensor:sub_", "Tensor:mul_", "Tensor:div_", "Tensor:clamp_", "Tensor:copy_", "Tensor:fill_",
-                      "Tensor:zero_", "Tensor:masked_fill_", "Tensor:lerp_", "Tensor:uniform_", "Tensor:normal_" })
+                      "Tensor:zero_", "Tensor:masked_fill_", "Tensor:lerp_", "Tensor:uniform_", "Tensor:normal_",
+                      "Tensor:bernoulli_", "Tensor:float_power_" })
+-- the in-place forms of the out-of-place methods (lua/fp8/tensor_inplace.lua's FORMS), since stop 95
+for n in ([[abs neg sign sgn exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square reciprocal sin cos tan asin acos
+  atan sinh cosh tanh sigmoid logit relu erf sinc frac floor ceil round trunc deg2rad rad2deg nan_to_num clamp_min
+  clamp_max clip pow atan2 hypot copysign fmod remainder floor_divide true_divide xlogy heaviside eq ne lt le gt ge
+  logical_not logical_and logical_or logical_xor addcmul addcdiv addmm baddbmm cumsum cumprod tril triu
+  renorm]]):gmatch("%S+") do
+  M.ALIASES["Tensor:" .. n .. "_"] = "Tensor:add_"
+end
 also("Tensor:new_zeros", { "Tensor:new_ones", "Tensor:new_empty", "Tensor:new_full", "Tensor:new_tensor",
                            "Tensor:expand_as", "Tensor:view_as", "Tensor:reshape_as", "Tensor:type_as" })
 also("Tensor:sort", { "Tensor:argsort", "Tensor:topk", "Tensor:multinomial", "multinomial", "Tensor:tril",

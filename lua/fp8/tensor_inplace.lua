@@ -165,6 +165,67 @@ for _, name in ipairs { "scatter", "scatter_add", "index_add", "index_copy", "in
   end)
 end
 
+-- The in-place form of every other out-of-place method here that torch has one of (torch 2.15's dir(torch.Tensor)):
+-- x:exp_() writes x:exp()'s values into x, as the methods above do (the out-of-place method computes them from x
+-- detached and its arguments detached, and checks the arguments itself, its refusals renamed to the in-place
+-- method; t:_write_ refuses what it refuses for the others, and a result that does not broadcast to x's shape,
+-- torch's "output with shape [3] doesn't match the broadcast shape [2, 3]"). Every result here is fp32, bf16 or fp16
+-- (comparisons and logical ops give 1 and 0), which torch casts into a float x; float_power_ is the one whose result
+-- (fp64 in torch) torch refuses to cast into a float x, below. Left out (docs/lua-api.md): the ones that change
+-- x's shape or history in place (squeeze_, unsqueeze_, t_, transpose_, swapaxes_, swapdims_, set_, detach_).
+local FORMS = {
+  "abs", "neg", "sign", "sgn", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "square",
+  "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "logit", "relu",
+  "erf", "sinc", "frac", "floor", "ceil", "round", "trunc", "deg2rad", "rad2deg", "nan_to_num",
+  "clamp_min", "clamp_max", "clip", "pow", "atan2", "hypot", "copysign", "fmod", "remainder", "floor_divide",
+  "true_divide", "xlogy", "heaviside", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and",
+  "logical_or", "logical_xor", "addcmul", "addcdiv", "addmm", "baddbmm", "cumsum", "cumprod", "tril", "triu",
+  "renorm",
+}
+for _, name in ipairs(FORMS) do
+  local m = name .. "_"
+  assert(Tensor[m] == nil, m)
+  Tensor[m] = at_caller(function(t, ...)
+    check_self(m, t)
+    local args = table.pack(...)
+    for i = 1, args.n do
+      if core.is_tensor(args[i]) then check_live(m, "argument " .. i, args[i]); args[i] = args[i]:detach() end
+    end
+    local d = t:detach()
+    return write(m, t, compute(m, function() return d[name](d, table.unpack(args, 1, args.n)) end))
+  end)
+end
+
+-- float_power_(exponent): torch's result is fp64, which it refuses to write into a float x (only a double x takes
+-- it); fp8lab has no fp64 tensor, so it is refused whatever x is, with torch's reason
+Tensor.float_power_ = at_caller(function(t, ...)
+  check_self("float_power_", t)
+  error(("float_power_: the base has dtype %s but the operation's result requires dtype fp64 (torch's float_power "
+    .. "computes in double, and in place only a double tensor takes it); fp8lab has no fp64 tensor: write "
+    .. "x:copy_(x:float_power(e)) to round the result into x"):format(t:dtype()), 2)
+end)
+
+-- bernoulli_([p=0.5]): x filled with 1 with probability p, else 0 (torch's: p a number in [0, 1] or a tensor of
+-- probabilities that broadcasts to x), from fp8's generator; the out-of-place bernoulli() takes x as the probabilities
+Tensor.bernoulli_ = at_caller(function(t, p, ...)
+  check_self("bernoulli_", t); no_more("bernoulli_", "([p=0.5])", ...)
+  if p == nil then p = 0.5 end
+  local probs
+  if core.is_tensor(p) then
+    check_live("bernoulli_", "p", p)
+    probs = p:detach()
+  elseif type(p) == "number" then
+    if not (p >= 0 and p <= 1) then error(("bernoulli_: p must be in [0, 1], got %s"):format(got(p)), 2) end
+    probs = core.full({}, p, { device = t:device() })
+  else
+    error(("bernoulli_: p must be a number or a tensor, got %s"):format(got(p)), 2)
+  end
+  return write("bernoulli_", t, compute("bernoulli_", function()
+    local e = probs:float():expand(t:shape())
+    return e:contiguous():bernoulli()
+  end))
+end)
+
 -- uniform_(a=0, b=1), normal_(mean=0, std=1): fresh draws from fp8's generator (fp8.nn.init's), written in place
 Tensor.uniform_ = at_caller(function(t, a, b, ...)
   check_self("uniform_", t); no_more("uniform_", "([a=0 [, b=1]])", ...)

@@ -283,8 +283,9 @@ function Scheduler:get_last_lr()
   return table.move(self._last_lr, 1, #self._last_lr, 1, {})
 end
 
--- The schedule itself, for a state to be checked against: the lr factor its function gives group 1 on base 1 at
--- these steps (false where it refuses the step: OneCycleLR past its total). torch's state_dict carries the
+-- The schedule itself, for a state to be checked against: the lr factor its function gives group 1 on base 1 (on
+-- base_lr's first entry for CyclicLR, whose lr is not its base times a factor: _probe_base) at these steps (false
+-- where it refuses the step: OneCycleLR past its total). torch's state_dict carries the
 -- settings (gamma, step_size, T_max, ...) and load_state_dict puts them back; here they live in the schedule's
 -- closure, so a state records what they give and a scheduler whose settings give other lrs refuses it (it kept
 -- its own schedule and overwrote the saved lr without a word). A user's lambdas (LambdaLR, MultiplicativeLR) are
@@ -296,7 +297,7 @@ local function schedule_probe(self)
   if USER_FN[self.name] then return nil end
   local out = {}
   for k, t in ipairs(PROBES) do
-    local ok, lr = pcall(self._lr_fn, t, 1, 1)
+    local ok, lr = pcall(self._lr_fn, t, rawget(self, "_probe_base") or 1, 1)
     out[k] = ok and type(lr) == "number" and lr == lr and lr or false
   end
   return out
@@ -936,12 +937,16 @@ function M.CyclicLR(opt, opts, ...)
   -- the groups start at base_lr (torch writes it before its first step); an initial_lr already there stays (torch's
   -- setdefault: a SequentialLR starts its first scheduler on it), as do the scheduler's base_lrs, base_lr
   for i, g in ipairs(opt.param_groups) do g.lr = base_lrs[i] end
-  return new(N, opt, function(t, _, i)
-    if base_lrs[i] == nil then
+  -- The lr of group i at step t from base, the scheduler's base_lrs[i] (torch's get_lr reads self.base_lrs, so one
+  -- written by hand or loaded from a state dict is honoured; before stop 95 the closure's base_lr was read and such a
+  -- base_lrs taken and ignored). The schedule probe (state_dict's `schedule`) passes base_lr's first entry
+  -- (_probe_base) for its base of 1, so it records the numbers it did before, and older checkpoints still load.
+  return new(N, opt, function(t, base, i)
+    if max_lrs[i] == nil then
       error(("CyclicLR: parameter group %d was added after the scheduler was made; its base_lr is unknown"):format(i), 0)
     end
     local f, sc = at(t)
-    return base_lrs[i] + (max_lrs[i] - base_lrs[i]) * f * sc
+    return base + (max_lrs[i] - base) * f * sc
   end, nil, false, function(sched, t)
     if not cyc then return end
     local f, sc = at(t)
@@ -950,7 +955,7 @@ function M.CyclicLR(opt, opts, ...)
         set_momentum(g, max_m[i] - (max_m[i] - base_m[i]) * f * sc, use_betas)
       end
     end
-  end, { base_lrs = table.move(base_lrs, 1, #base_lrs, 1, {}) })
+  end, { base_lrs = table.move(base_lrs, 1, #base_lrs, 1, {}), _probe_base = base_lrs[1] })
 end
 
 -- The schedulers a SequentialLR or a ChainedScheduler (N) runs: a non-empty list of schedulers of one optimizer (opt,
