@@ -1,0 +1,100 @@
+-- Found on 2026-12-06 (stop 95): determinism and exact resumption audited — the same script twice, OMP_NUM_THREADS=1
+-- against 2, save_state/load_state in a new process and in the same one, under every precision and recipe, with
+-- dropout, gradient accumulation, a scheduler and a shuffled loader, and under mpirun -np 2.
+-- docs/robustness.md, "Determinism and exact resumption (stop 95)".
+local U = dofile("tests/spec/helpers/util.lua")
+local BIN = FP8LAB_BIN or "build/fp8lab"
+
+-- Runs `code` with `fp8lab -e` under OMP_NUM_THREADS=threads; its output.
+local function on_threads(threads, code)
+  local out, ok = U.sh(("OMP_NUM_THREADS=%d %s -e %s"):format(threads, BIN, U.q(code)))
+  assert(ok, out)
+  return out
+end
+
+describe("clip_grad_norm_ does not depend on the thread count", function()
+  -- Σg² of a gradient of 2^16 elements or more was an OpenMP reduction(+) over the threads' shares, so the norm
+  -- clip_grad_norm_ returns (and the factor it scales by) differed in the last bits of its double between 1 and 2
+  -- threads (1000003 values: ...ce79e5p+19 on one thread's order, ...ce7aeap+19 on two); now fixed-size blocks added
+  -- in order (core/cpu/cpu_optim.c, sumsq_f32)
+  it("gives the same norm, to the bit, on 1 and 2 threads", function()
+    local code = [[
+      fp8.manual_seed(3)
+      local out = {}
+      for _, n in ipairs { 65535, 65536, 1000003, 4 * 65536 + 17 } do
+        local p = fp8.randn { n }:requires_grad(true)
+        p.grad = fp8.randn { n }
+        local q = fp8.randn { 300 }:requires_grad(true)
+        q.grad = fp8.randn { 300 }
+        out[#out + 1] = ("%a"):format(fp8.nn.utils.clip_grad_norm_({ p, q }, 0.5))
+        out[#out + 1] = ("%a"):format(p.grad:sum():item())
+      end
+      print(table.concat(out, " "))]]
+    local one, two = on_threads(1, code), on_threads(2, code)
+    assert.truthy(one:match("^0x"), one)
+    assert.are.equal(one, two)
+  end)
+end)
+
+-- One training run in this process: an MLP with dropout, a shuffled loader of 5 batches an epoch, AdamW, OneCycleLR,
+-- gradient accumulation over 2 micro-steps; `save_at` (a micro-step) saves into dir/mid and goes on. Ends with
+-- save_state(dir/<tag>) and returns the four draws of the generator that come after it.
+local function train(handler_of, mp, dir, tag, total, save_at)
+  local nn, F = fp8.nn, fp8.nn.functional
+  fp8.set_seed(1234)
+  local model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 64), nn.ReLU(),
+                              nn.Linear(64, 16))
+  local items, rows = {}, fp8.randn({ 40, 32 }):totable()
+  for i = 1, 40 do items[i] = { fp8.tensor(rows[i]), (i * 7) % 16 } end
+  local loader = fp8.data.DataLoader { items, batch_size = 8, shuffle = true, seed = 5 }
+  local opt = fp8.optim.AdamW(model:parameters(), { lr = 3e-3 })
+  local sched = fp8.optim.lr_scheduler.OneCycleLR(opt, { max_lr = 1e-2, total_steps = 100 })
+  local acc = fp8.Accelerator { mixed_precision = mp, kwargs_handlers = handler_of and { handler_of() } or nil,
+    config = false, env = {}, cpu = true, gradient_accumulation_steps = 2,
+    dataloader_config = fp8.DataLoaderConfiguration { use_stateful_dataloader = true } }
+  model, opt, loader, sched = acc:prepare(model, opt, loader, sched)
+  local done = 0
+  while done < total do
+    for x, y in loader do
+      model:train()
+      acc:accumulate(model, function()
+        acc:backward(F.cross_entropy(model(x), y)); opt:step(); sched:step(); opt:zero_grad()
+      end)
+      done = done + 1
+      if done == save_at then acc:save_state(dir .. "/mid") end
+      if done == total then break end
+    end
+  end
+  acc:save_state(dir .. "/" .. tag)
+  return fp8.rand({ 4 }):totable()
+end
+
+describe("save_state changes nothing of the run it saves", function()
+  -- the same run with a save_state at micro-step 7 (mid-epoch, the end of a window) and without: every file of the
+  -- final checkpoint (weights, FP8 recipe state, optimizer moments, schedule, loss scaler, generator, loader
+  -- positions) and the generator's next draws are the same bits
+  local CASES = {
+    { "fp16 with a GradScaler that backs off and grows", "fp16",
+      function() return fp8.GradScalerKwargs { init_scale = 2.0 ^ 20, growth_interval = 2 } end },
+    { "ao rowwise_with_gw_hp", "fp8", function() return fp8.AORecipeKwargs { config = "rowwise_with_gw_hp", module_filter_func = function() return true end } end },
+    { "te E4M3 with interval 2", "fp8", function()
+      return fp8.TERecipeKwargs { fp8_format = "E4M3", amax_history_len = 4, amax_compute_algo = "max", interval = 2 }
+    end },
+    { "msamp O2", "fp8", function() return fp8.MSAMPRecipeKwargs { opt_level = "O2" } end },
+  }
+  for _, c in ipairs(CASES) do
+    it(c[1], function()
+      local dir = U.tmpdir()
+      local plain = train(c[3], c[2], dir, "straight", 12)
+      local saved = train(c[3], c[2], dir, "saved", 12, 7)
+      assert.same(plain, saved)
+      local C = require "fp8._checkpoint"
+      local files = C.listdir(dir .. "/straight")
+      assert.is_true(#files >= 5)
+      for _, f in ipairs(files) do
+        assert.is_true(U.must_read(dir .. "/straight/" .. f) == U.must_read(dir .. "/saved/" .. f), f .. " differs")
+      end
+      os.execute("rm -rf " .. U.q(dir))
+    end)
+  end
+end)
