@@ -246,8 +246,12 @@ local NOT_HERE = {
   wait_for_everyone = ACC_METHOD .. "wait_for_everyone()",
   send_to_device = "tensors move with t:to(acc:device()); batches of a prepared loader arrive on the Accelerator's "
     .. "device",
-  synchronize_rng_states = "acc:prepare starts every process's generator from the main process's state; "
-    .. "fp8.set_seed(seed) seeds it",
+  -- (until 2026-12-06 this said acc:prepare starts every process's generator from the main process's state, which it
+  -- never did; Accelerate's default synchronises only the samplers' generators, which the loaders' seed and epoch are)
+  synchronize_rng_states = "prepared loaders shuffle by their seed and epoch, the same on every process (what "
+    .. "Accelerate's synchronisation of the samplers' generators gives); fp8's generator (dropout, rand) is each "
+    .. "process's own and acc:prepare leaves it alone: fp8.set_seed(seed) gives every process the same stream, "
+    .. "fp8.set_seed(seed, true) each its own (seed + process index); save_state keeps each process's",
   clear_device_cache = ACC_METHOD .. "free_memory() (fp8.cuda.empty_cache() on a GPU)",
   write_basic_config = "the config file is written by `fp8lab config --default` (or `fp8lab config` asking; docs/config.md)",
   convert_outputs_to_fp32 = "a prepared model's forward already returns fp32 outputs under autocast (acc:prepare)",

@@ -98,3 +98,53 @@ describe("save_state changes nothing of the run it saves", function()
     end)
   end
 end)
+
+describe("each process's generator under two processes", function()
+  -- fp8.synchronize_rng_states' message said acc:prepare started every process's generator from the main process's
+  -- state; prepare never touched it (Accelerate's default synchronises only the samplers' generators, which the
+  -- loaders' seed and epoch are here). The message now says what happens, which the run below checks.
+  it("fp8.synchronize_rng_states says the generator is each process's own, and prepare leaves it alone", function()
+    U.fails_with({ "fp8.synchronize_rng_states: not in fp8lab: ", "each process's own",
+                   "acc:prepare leaves it alone", "fp8.set_seed(seed, true) each its own" },
+      function() return fp8.synchronize_rng_states end)
+  end)
+
+  local MPI = dofile("tests/spec/helpers/mpi.lua")
+  it("a 2-process run with dropout resumed in 2 new processes ends with the straight run's bits, each rank's "
+    .. "generator included", function()
+    if not MPI.can then pending(MPI.why) return end
+    local dir = U.tmpdir()
+    local function job(mode)
+      local out, ok = U.sh(("%stimeout 120 mpirun --oversubscribe%s -np 2 -x OMP_NUM_THREADS=1 %s "
+        .. "tests/dist/resume_rng.lua %s %s"):format(MPI.env, MPI.root, BIN, mode, U.q(dir)))
+      assert(ok, out)
+      local t = {}
+      for l in out:gmatch("[^\n]+") do if l:match("^r%d ") then t[#t + 1] = l end end
+      table.sort(t)
+      return t, out
+    end
+    local straight = job("straight")
+    local resumed = job("resume")
+    -- prepare left each rank's generator as set_seed(99, true) made it: seeds 99 and 100
+    local p0 = straight[1]:match("^r0 after_prepare (%x+)")
+    assert.are.equal("0000000000000063", p0, table.concat(straight, "\n"))
+    local function without(t, pat)
+      local o = {}
+      for _, l in ipairs(t) do if not l:match(pat) then o[#o + 1] = l end end
+      return o
+    end
+    -- the resumed job's losses are steps 3..6, and its ends (each rank's next draws) are the straight job's
+    local want = {}
+    for _, l in ipairs(without(straight, "after_prepare")) do
+      local s = tonumber(l:match("^r%d loss (%d+) "))
+      if not (s and s <= 2) then want[#want + 1] = l end
+    end
+    assert.same(want, without(resumed, "after_prepare"))
+    local C = require "fp8._checkpoint"
+    for _, f in ipairs(C.listdir(dir .. "/final_straight")) do
+      assert.is_true(U.must_read(dir .. "/final_straight/" .. f) == U.must_read(dir .. "/final_resume/" .. f), f .. " differs")
+    end
+    assert.truthy(C.is_file(dir .. "/final_resume/random_states_1.json"))
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+end)
