@@ -148,3 +148,43 @@ describe("each process's generator under two processes", function()
     os.execute("rm -rf " .. U.q(dir))
   end)
 end)
+
+describe("torch's get_rng_state, set_rng_state and initial_seed", function()
+  -- they did not exist (fp8.get_rng_state was nil: "attempt to call a nil value"), so a loop that keeps its own
+  -- generator state, as torch scripts do with torch.get_rng_state(), could not
+  it("give the generator's state back exactly, through a checkpoint's JSON too", function()
+    fp8.manual_seed(-3)
+    assert.are.equal(-3, fp8.initial_seed())
+    fp8.rand { 5 }
+    local s = fp8.get_rng_state()
+    assert.are.equal("fffffffffffffffd0000000000000002", s)
+    local a = fp8.randn({ 7 }):totable()
+    fp8.set_rng_state(s)
+    assert.same(a, fp8.randn({ 7 }):totable())
+    -- a registered object's state_dict holds it as plain JSON, and load_state puts it back
+    local keeper = { st = s }
+    function keeper:state_dict() return { rng = self.st } end
+    function keeper:load_state_dict(d) self.st = d.rng end
+    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+    acc:register_for_checkpointing(keeper)
+    local dir = U.tmpdir()
+    acc:save_state(dir .. "/ck")
+    keeper.st = nil
+    acc:load_state(dir .. "/ck")
+    fp8.set_rng_state(keeper.st)
+    assert.same(a, fp8.randn({ 7 }):totable())
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+
+  it("refuse what is not such a state, naming what came", function()
+    local s = fp8.get_rng_state()
+    U.fails_with({ "set_rng_state: expected the string fp8.get_rng_state() returns (32 hex digits", 'got "12ab"' },
+      fp8.set_rng_state, "12ab")
+    U.fails_with("got a tensor", fp8.set_rng_state, fp8.zeros { 32 })
+    U.fails_with("got nil", fp8.set_rng_state)
+    U.fails_with("got ", fp8.set_rng_state, ("g"):rep(32))
+    U.fails_with("set_rng_state: takes (state)", fp8.set_rng_state, s, 1)
+    U.fails_with("get_rng_state: takes ()", fp8.get_rng_state, 1)
+    assert.are.equal(s, fp8.get_rng_state())   -- the refusals changed nothing
+  end)
+end)
