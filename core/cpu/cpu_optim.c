@@ -271,15 +271,40 @@ fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m,
     return FL_OK;
 }
 
+/* Σx² of fp32: below FL_OPTIM_PAR_MIN in order, one lane; from there in blocks of FL_OPTIM_PAR_MIN elements, each
+ * block's sum in a fixed SIMD pattern, the blocks' sums added left to right, groups of SUMSQ_GROUP blocks at a time
+ * (their sums on the stack). The blocks do not depend on the thread count, so neither does the sum: a thread-split
+ * reduction (OpenMP's reduction(+)) gave clip_grad_norm_ another norm on 1 and on 2 threads in the last bits of its
+ * double for a gradient of 2^16 elements or more (cpu_reduce.c's rule for sums). */
+enum { SUMSQ_GROUP = 64 };
+static double sumsq_f32(const float *x, int64_t n) {
+    double s = 0.0;
+    if (n < FL_OPTIM_PAR_MIN) {
+        for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+        return s;
+    }
+    for (int64_t g0 = 0; g0 < n; g0 += (int64_t)FL_OPTIM_PAR_MIN * SUMSQ_GROUP) {
+        double part[SUMSQ_GROUP];
+        const int64_t left = n - g0, nb0 = (left + FL_OPTIM_PAR_MIN - 1) / FL_OPTIM_PAR_MIN;
+        const int nb = nb0 < SUMSQ_GROUP ? (int)nb0 : SUMSQ_GROUP;
+        #pragma omp parallel for schedule(static) if (nb > 1)
+        for (int b = 0; b < nb; b++) {
+            const int64_t lo = g0 + (int64_t)b * FL_OPTIM_PAR_MIN, hi = lo + FL_OPTIM_PAR_MIN < n ? lo + FL_OPTIM_PAR_MIN : n;
+            double bs = 0.0;
+            #pragma omp simd reduction(+ : bs)
+            for (int64_t i = lo; i < hi; i++) bs += (double)x[i] * (double)x[i];
+            part[b] = bs;
+        }
+        for (int b = 0; b < nb; b++) s += part[b];
+    }
+    return s;
+}
+
 static double sumsq_one(const fl_tensor *t) {
     int64_t n = fl_tensor_numel(t);
     double s = 0.0;
     if (t->dtype == FL_F32) {
-        const float *x = fl_tensor_data(t);
-        /* `if` also governs simd here (OpenMP): below the threshold the sum runs in order, one lane, as before;
-         * the elementwise loops say if (parallel: ...) so that they vectorise whatever their size. */
-        #pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= FL_OPTIM_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+        s = sumsq_f32(fl_tensor_data(t), n);
     } else {
         float buf[FL_CPU_TILE];
         for (int64_t j = 0; j < n; j += FL_CPU_TILE) {

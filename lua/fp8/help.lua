@@ -66,6 +66,10 @@ add_all {
        .. "fp8.randint(V, {B, T}) draws token ids; fp8.randperm(n) is 0 .. n-1 in a random order." },
   { section = "Tensors", name = "manual_seed", sig = "fp8.manual_seed(n)",
     doc = "Seeds the random generator: same seed, same script, same numbers." },
+  { section = "Tensors", name = "get_rng_state", sig = "fp8.get_rng_state() -> string / fp8.set_rng_state(s) / fp8.initial_seed()",
+    doc = "torch's: the generator's state (32 hex digits: seed, counter; torch's is a ByteTensor), which set_rng_state\n"
+       .. "puts back exactly (what acc:save_state keeps in random_states_<rank>.json); initial_seed() is the seed\n"
+       .. "manual_seed or set_seed last set." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
        .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape();\n"

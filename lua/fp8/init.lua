@@ -147,6 +147,34 @@ function fp8.set_seed(seed, device_specific, deterministic, ...)
   math.randomseed(seed)
 end
 
+-- get_rng_state() / set_rng_state(state) / initial_seed(): torch's names for the generator's state, what save_state
+-- writes to random_states_<rank>.json. The state is a string of 32 hex digits, the seed's 16 then the counter's 16
+-- (torch's is a ByteTensor): it goes into JSON (a register_for_checkpointing object's state_dict) as it is, and
+-- set_rng_state takes it back exactly. initial_seed() is the seed manual_seed or set_seed last set (torch's), an
+-- integer (a seed given as a negative integer reads back as that integer: the same 64 bits).
+local CK_RNG = require "fp8._checkpoint"
+function fp8.get_rng_state(...)
+  require("fp8.opts").no_more("get_rng_state", "()", ...)
+  local seed, counter = CK_RNG.rng_state()
+  return seed .. counter
+end
+
+function fp8.set_rng_state(state, ...)
+  require("fp8.opts").no_more("set_rng_state", "(state)", ...)
+  if type(state) ~= "string" or #state ~= 32 or state:find("[^0-9a-fA-F]") then
+    error(("set_rng_state: expected the string fp8.get_rng_state() returns (32 hex digits: the seed's 16, then the "
+      .. "counter's 16; torch's ByteTensor state is not one), got %s"):format(type(state) == "string"
+      and ("%q"):format(#state > 40 and state:sub(1, 40) .. "..." or state) or require("fp8.opts").got(state)), 2)
+  end
+  CK_RNG.set_rng_state(state:sub(1, 16):lower(), state:sub(17):lower())
+end
+
+function fp8.initial_seed(...)
+  require("fp8.opts").no_more("initial_seed", "()", ...)
+  local seed = CK_RNG.rng_state()
+  return (math.tointeger(tonumber(seed:sub(1, 8), 16)) << 32) | math.tointeger(tonumber(seed:sub(9), 16))
+end
+
 -- release_memory(...): Accelerate's utility. Lua frees what nothing refers to, so the objects are handed
 -- back as nils to assign over the caller's names (`model, opt = fp8.release_memory(model, opt)`); then a
 -- full garbage collection, and the GPU allocator's cached blocks go back to the driver.
@@ -246,8 +274,12 @@ local NOT_HERE = {
   wait_for_everyone = ACC_METHOD .. "wait_for_everyone()",
   send_to_device = "tensors move with t:to(acc:device()); batches of a prepared loader arrive on the Accelerator's "
     .. "device",
-  synchronize_rng_states = "acc:prepare starts every process's generator from the main process's state; "
-    .. "fp8.set_seed(seed) seeds it",
+  -- (until 2026-12-06 this said acc:prepare starts every process's generator from the main process's state, which it
+  -- never did; Accelerate's default synchronises only the samplers' generators, which the loaders' seed and epoch are)
+  synchronize_rng_states = "prepared loaders shuffle by their seed and epoch, the same on every process (what "
+    .. "Accelerate's synchronisation of the samplers' generators gives); fp8's generator (dropout, rand) is each "
+    .. "process's own and acc:prepare leaves it alone: fp8.set_seed(seed) gives every process the same stream, "
+    .. "fp8.set_seed(seed, true) each its own (seed + process index); save_state keeps each process's",
   clear_device_cache = ACC_METHOD .. "free_memory() (fp8.cuda.empty_cache() on a GPU)",
   write_basic_config = "the config file is written by `fp8lab config --default` (or `fp8lab config` asking; docs/config.md)",
   convert_outputs_to_fp32 = "a prepared model's forward already returns fp32 outputs under autocast (acc:prepare)",

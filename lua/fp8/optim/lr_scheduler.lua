@@ -1493,6 +1493,12 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   return sched
 end
 
+-- Whether v (a scheduler, or a prepared one) is a ReduceLROnPlateau, whose load_state_dict takes the state alone, as
+-- torch's (the closed forms' take (sd [, strict])): acc:load_state's test (internal).
+function M._is_plateau(v)
+  return type(v) == "table" and getmetatable(rawget(v, "scheduler") or v) == Plateau
+end
+
 -- Whether v is a scheduler of this module (one of either class, or a prepared one, whose fields are its scheduler's):
 -- what acc:prepare wraps and save_state saves (internal: their one test).
 function M._is_scheduler(v)
