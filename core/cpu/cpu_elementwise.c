@@ -16,7 +16,7 @@ FL_VM_MAPS(fl_vm_sigmoid)
  * without its range handling and checks; any other block runs full. The block is tested before anything is
  * written, so y may be x. The next block is prefetched first: the test pass alone would wait on memory for every
  * block, and the loop after it find the cache warm, the two never overlapping. exp: 41 vector instructions a vector
- * of 16 → 21 with the test; log: 47 → 31 (cpu_vmath.h). */
+ * of 16 → 22 with the test; log: 47 → 31 (cpu_vmath.h). */
 #define VM_BLOCK 512
 #define BLOCK_MAP(name, plain, fast, full)                                                                         \
     static inline __attribute__((always_inline)) void map256_##name(const float *x, float *y, int64_t n) {         \
