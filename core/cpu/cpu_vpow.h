@@ -3,12 +3,13 @@
  * log2|x| and 2^w are each good to a few double ulps, so x^y is one rounding to fp32 of a value within ~1e-13
  * relative of the exact one (an exact power of two exactly): the correctly rounded fp32 result but where the exact
  * value lies within that of a tie: on every 257th float for ten exponents, no result moved from
- * (float)pow((double)x, y)'s, NaNs included, and the worst error against powl was 0.5000 ulp (tests/c/test_vpow.c,
+ * (float)pow((double)x, y)'s but NaNs' signs (below), and the worst error against powl was 0.5000 ulp (tests/c/test_vpow.c,
  * docs/performance.md "Single ops against PyTorch 2.15, a wider sweep (stop 95)"); torch's SLEEF powf is 1 ulp.
  * Every multiply-add an explicit fma, so the AVX2 and the AVX-512 copy of a loop give the same bits. The special
  * values are C99's pow's (Annex F), which the loop selects: x = ±0 and ±inf by y's sign and whether y is an odd
  * integer, a negative x to an integer power signed by its parity and to any other power NaN, 1^y = 1, and for a NaN x
- * x itself quieted, without its sign before an odd y, as glibc's pow. A y of 0, ±inf or NaN is left to the caller. */
+ * x itself quieted, its sign kept (glibc's pow drops it before an odd y: a NaN's sign is not a value torch promises
+ * either). A y of 0, ±inf or NaN is left to the caller. */
 #ifndef FL_CPU_VPOW_H
 #define FL_CPU_VPOW_H
 #include <math.h>
@@ -77,8 +78,7 @@ static inline __attribute__((always_inline)) float fl_vp_pow(float x, double y, 
     float r = x > 0.0f ? v : (y_int ? (y_odd ? -v : v) : dnan.f);
     const float edge = (a == 0.0f) == (y > 0.0) ? 0.0f : INFINITY;   /* 0^y, inf^y */
     r = a == 0.0f || a == INFINITY ? (y_odd && signbit(x) ? -edge : edge) : r;
-    const float xn = y_odd ? fabsf(x) : x;   /* glibc's pow drops a NaN's sign before an odd power, keeps it else */
-    return x != x ? xn + xn : r;
+    return x != x ? x + x : r;   /* (a select of |x| for an odd y, glibc's sign, kept gcc from vectorising the loop) */
 }
 
 #endif

@@ -1,7 +1,7 @@
 /* test_vpow.c — core/cpu/cpu_vpow.h's x^y (a tensor to a number's power) against powl, in ulps of the correctly
  * rounded fp32 result, over a sample of every float's bit pattern for several exponents (every float with
- * FL_TEST_VMATH_ALL=1), C99's special values bit for bit against (float)pow((double)x, y), the code it replaced (NaNs
- * included), and
+ * FL_TEST_VMATH_ALL=1), C99's special values bit for bit against (float)pow((double)x, y), the code it replaced (a
+ * NaN's sign aside: glibc's pow drops it before an odd power, cpu_vpow.h keeps it), and
  * the elementwise op (AVX2 and AVX-512 copies, a contiguous and a strided tensor) against the scalar function. */
 #include "runner.h"
 #include "cpu/cpu_internal.h"
@@ -47,7 +47,7 @@ TEST(vpow_against_powl) {
         for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += step) {
             const float x = vf((uint32_t)u), g = vpow(x, y), old = (float)pow((double)x, y);
             n++;
-            if (vbits(g) != vbits(old)) moved++;
+            if (vbits(g) != vbits(old) && !(isnan(g) && isnan(old))) moved++;
             if (isnan(x)) continue;
             const double e = vulps(g, powl((long double)x, (long double)y));
             if (!(e <= worst)) { worst = e; at = x; }
@@ -62,7 +62,7 @@ TEST(vpow_against_powl) {
     }
 }
 
-/* C99 Annex F's pow, bit for bit as glibc's pow gave it (NaNs included): ±0 and ±inf to odd and even integers and
+/* C99 Annex F's pow, bit for bit as glibc's pow gave it (a NaN's sign aside): ±0 and ±inf to odd and even integers and
  * non-integers of both signs, negative bases, ±1, subnormals, the largest float, NaNs of both signs. */
 TEST(vpow_specials) {
     const float xs[] = { 0.0f, -0.0f, INFINITY, -INFINITY, 1.0f, -1.0f, 2.0f, -2.0f, 0.5f, -0.5f, 0x1p-149f,
@@ -74,7 +74,7 @@ TEST(vpow_specials) {
     for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++)
         for (size_t j = 0; j < sizeof ys / sizeof ys[0]; j++) {
             const float g = vpow(xs[i], ys[j]), r = (float)pow((double)xs[i], ys[j]);
-            if (vbits(g) != vbits(r)) {
+            if (vbits(g) != vbits(r) && !(isnan(g) && isnan(r))) {
                 if (bad++ < 8)
                     fprintf(stderr, "  %a ^ %g: got %a (0x%08x), pow gives %a (0x%08x)\n", (double)xs[i], ys[j],
                             (double)g, vbits(g), (double)r, vbits(r));
