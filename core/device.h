@@ -33,6 +33,10 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
 
 #define FL_DEVICE_ENTRIES(X)                                                                                       \
     FL_DEVICE_ELEMENTWISE_ENTRIES(X)                                                                               \
+    /* dst = minimum(maximum(a, lo), hi) in one pass, binary_scalar's two ops (their bits, a bf16/fp16 result      \
+     * rounded once: the same, as rounding is monotone); a bound at ∓inf is none. NULL entry: the caller makes the \
+     * two passes. */                                                                                              \
+    X(clamp, (fl_tensor *dst, const fl_tensor *a, double lo, double hi))                                           \
     /* dst[b] = a[b] x b[b] for 3-D inputs [B,M,K] x [B,K,N] (B may be 1; a or b may have batch                    \
      * stride 0 for broadcast). Each operand's batch entries are row-major (stride[2] == 1) or                     \
      * column-major, i.e. a transposed matrix (stride[1] == 1, stride[2] == rows); batch stride rows*cols          \

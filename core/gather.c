@@ -169,10 +169,27 @@ fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl
         const char *x = fl_tensor_data(ah);
         char *y = fl_tensor_data(v);
         const int64_t rows = outer * k;
-        #pragma omp parallel for if (rows > 1 && (int64_t)run * rows > (1 << 18)) schedule(static)
-        for (int64_t t = 0; t < rows; t++) {
-            const int64_t o = t / (k > 0 ? k : 1), r = t - o * k;
-            memcpy(y + (size_t)t * run, x + (size_t)(o * size + pos[r]) * run, run);
+        if (inner == 1 && (es == 4 || es == 2)) {
+            /* along the last dim: a row's elements picked in a loop (a 4-byte memcpy and a division per element were
+             * 3.3x torch's index_select of 512 of [4096, 1024]'s columns) */
+            #pragma omp parallel for if (outer > 1 && (int64_t)run * rows > (1 << 18)) schedule(static)
+            for (int64_t o = 0; o < outer; o++) {
+                if (es == 4) {
+                    const uint32_t *xr = (const uint32_t *)x + o * size;
+                    uint32_t *yr = (uint32_t *)y + o * k;
+                    for (int64_t r = 0; r < k; r++) yr[r] = xr[pos[r]];
+                } else {
+                    const uint16_t *xr = (const uint16_t *)x + o * size;
+                    uint16_t *yr = (uint16_t *)y + o * k;
+                    for (int64_t r = 0; r < k; r++) yr[r] = xr[pos[r]];
+                }
+            }
+        } else {
+            #pragma omp parallel for if (rows > 1 && (int64_t)run * rows > (1 << 18)) schedule(static)
+            for (int64_t t = 0; t < rows; t++) {
+                const int64_t o = t / (k > 0 ? k : 1), r = t - o * k;
+                memcpy(y + (size_t)t * run, x + (size_t)(o * size + pos[r]) * run, run);
+            }
         }
     }
     free(pos);

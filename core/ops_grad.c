@@ -531,7 +531,14 @@ fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double
     /* maximum with −inf and minimum with +inf change no value (a NaN stays NaN): a missing bound takes no pass, and
      * with both, minimum runs in place on maximum's result (two passes over one new tensor; it made a second) */
     fl_status st;
-    if (lo == -INFINITY && hi != INFINITY) st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, a, hi, false);
+    const fl_device *dev = fl_device_get(a->device);
+    if (lo != -INFINITY && hi != INFINITY && dev && dev->clamp && !fl_format(a->dtype)->is_fp8) {
+        /* both bounds, on a device with the one-pass clamp: the same bits (FP8 goes below, to be refused) */
+        FL_PROF_SCOPE("clamp"); FL_PROF_SHAPES(a, NULL);
+        st = fl_tensor_empty(out, a->dtype, a->ndim, a->shape, a->device);
+        if (st == FL_OK && fl_tensor_numel(*out) > 0) st = dev->clamp(*out, a, lo, hi);
+        if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    } else if (lo == -INFINITY && hi != INFINITY) st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, a, hi, false);
     else {   /* (a NaN bound takes its pass: NaN everywhere, as the chain and torch) */
         st = fl_binary_scalar_raw(out, FL_OP_MAXIMUM, a, lo, false);
         if (st == FL_OK && hi != INFINITY && fl_tensor_numel(*out) > 0)

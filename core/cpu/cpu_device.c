@@ -304,6 +304,7 @@ static const fl_device fl_cpu = {
     .fill = fl_cpu_dev_fill,
     .binary = fl_cpu_dev_binary,
     .binary_scalar = fl_cpu_dev_binary_scalar,
+    .clamp = fl_cpu_dev_clamp,
     .unary = fl_cpu_dev_unary,
     .reduce = fl_cpu_dev_reduce,
     .matmul = fl_cpu_dev_matmul,

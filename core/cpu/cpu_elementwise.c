@@ -4,6 +4,7 @@
  * by tile through fp32 scratch buffers (bf16/fp16 results rounded to nearest even on store). */
 #include "cpu_internal.h"
 #include "cpu_vmath.h"
+#include "cpu_vpow.h"
 #include <math.h>
 
 /* tanh and sigmoid in fp32, vectorised (cpu_vmath.h: within a few ulp of the correctly rounded value; they were
@@ -93,6 +94,18 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
     }
 }
 
+/* a^s for any other finite s (cpu_vpow.h: double code that vectorises, the same bits as (float)pow((double)a, s) but
+ * where the exact power lies within ~1e-13 relative of a tie between two floats), an AVX2 loop and an AVX-512 copy */
+static inline __attribute__((always_inline)) void pow_run256(const float *a, double s, float *d, int64_t n) {
+    const bool s_int = s == floor(s), s_odd = s_int && fmod(s, 2.0) != 0.0;
+    EW_LOOP(fl_vp_pow(a[i], s, s_int, s_odd));
+}
+static void pow_run_256(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n); }
+FL_CPU_AVX512 static void pow_run_512(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n); }
+static void pow_run(const float *a, double s, float *d, int64_t n, bool wide) {
+    if (wide) pow_run_512(a, s, d, n); else pow_run_256(a, s, d, n);
+}
+
 /* a^s for a scalar s: (float)pow((double)a, s), a libm call per element (12 ns; torch's x.pow(2) was 43× faster).
  * The exponents a model's code uses most take exact shortcuts with the same values (tests/c/test_ops.c,
  * pow_scalar_shortcuts, compares them with pow over every 4093rd float and the specials; every float was compared
@@ -101,7 +114,8 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
  * a^0.5 is sqrtf (a double square root then fp32 rounds as sqrtf: 53 ≥ 2·24 + 2), but +0 at −0 and +inf at −inf,
  * as pow; a^-1 is 1/a (the same argument for the quotient); a^-2 and a^-0.5 are 1/(a·a) and 1/√a in double, then
  * fp32 (not proven so, but equal to pow's on every float: checked once by hand), +inf at ±0 and 0 at −inf for a^-0.5;
- * a^1 is a, a^0 is 1 (NaN included, as pow). The backward of x^s takes x^(s−1): pow 2's and 0.5's use these too. */
+ * a^1 is a, a^0 is 1 (NaN included, as pow); any other finite s pow_run above, ±inf and NaN pow. The backward of x^s
+ * takes x^(s−1): pow 2's and 0.5's use these too. */
 static inline void pow_by_scalar(const float *a, double sd, float *d, int64_t n) {
     if (sd == 2.0) EW_LOOP(a[i] * a[i]);
     else if (sd == 3.0) EW_LOOP((float)((double)a[i] * (double)a[i] * (double)a[i]));
@@ -112,13 +126,14 @@ static inline void pow_by_scalar(const float *a, double sd, float *d, int64_t n)
     else if (sd == -0.5) EW_LOOP(a[i] == -INFINITY ? 0.0f : a[i] == 0.0f ? INFINITY : (float)(1.0 / sqrt((double)a[i])));
     else if (sd == 1.0) EW_LOOP(a[i]);
     else if (sd == 0.0) EW_LOOP(1.0f);
+    else if (isfinite(sd)) pow_run(a, sd, d, n, fl_cpu_avx512());
     else for (int64_t i = 0; i < n; i++) d[i] = (float)pow((double)a[i], sd);
 }
 
 /* s op a when first, else a op s. The scalar comes as the double it was given: pow takes it so (a double power,
- * rounded once: x^1.3 with the exponent rounded to fp32 first was 37 ulp off at 1e20); the others in fp32. */
-static inline void scalar_run(fl_binop op, const float *a, double sd, bool first, float *d, int64_t n) {
-    float s = (float)sd;
+ * rounded once: x^1.3 with the exponent rounded to fp32 first was 37 ulp off at 1e20); the others take s, its fp32
+ * value (a broadcast operand's own bits: where's select returns them, a signalling NaN unquieted). */
+static inline void scalar_run_f(fl_binop op, const float *a, float s, double sd, bool first, float *d, int64_t n) {
     switch (op) {
     case FL_OP_ADD: EW_LOOP(a[i] + s); break;
     case FL_OP_SUB: if (first) EW_LOOP(s - a[i]); else EW_LOOP(a[i] - s); break;
@@ -150,6 +165,9 @@ static inline void scalar_run(fl_binop op, const float *a, double sd, bool first
         break;
     default: if (first) EW_LOOP(CMP(s >= a[i])); else EW_LOOP(CMP(a[i] >= s)); break;   /* FL_OP_GE */
     }
+}
+static inline void scalar_run(fl_binop op, const float *a, double sd, bool first, float *d, int64_t n) {
+    scalar_run_f(op, a, (float)sd, sd, first, d, n);
 }
 
 static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
@@ -192,10 +210,33 @@ static bool all_f32_contig(int nt, const fl_tensor *const *ts) {
     return true;
 }
 
-typedef struct { int op; fl_tensor *dst; const fl_tensor *a, *b; double s; bool first; } ew_ctx;
+typedef struct { int op; fl_tensor *dst; const fl_tensor *a, *b; double s, s2; bool first; } ew_ctx;
+
+/* An fp32 run of n read in place beside d's: the same run as d's or apart from it (a run that overlaps d's in part
+ * goes through the scratch buffers, which read the whole tile before writing any of it). */
+static inline bool run_apart(const float *p, const float *d, int64_t n) { return p == d || p + n <= d || d + n <= p; }
 
 static void binary_tile(void *vc, int64_t n, const int64_t *off, const int64_t *st) {
     ew_ctx *c = vc;
+    /* All fp32 and the result's run contiguous: each operand read where it is, a broadcast one (stride 0) as a number,
+     * in one pass (the loads and store through scratch made four: x + c with c [4096, 1] was 2.2× torch); the same
+     * bits, as scalar_run_f computes what binop_run does with the number in every place (x^c aside, below). */
+    if (c->dst->dtype == FL_F32 && c->a->dtype == FL_F32 && c->b->dtype == FL_F32 && st[0] == 1 &&
+        (st[1] == 1 || st[2] == 1) && (st[1] | 1) == 1 && (st[2] | 1) == 1) {
+        float *d = (float *)fl_tensor_data(c->dst) + off[0];
+        const float *p = (const float *)fl_tensor_data(c->a) + off[1], *q = (const float *)fl_tensor_data(c->b) + off[2];
+        if (st[1] == 1 && st[2] == 1) {
+            if (run_apart(p, d, n) && run_apart(q, d, n)) { binop_run((fl_binop)c->op, p, q, d, n); return; }
+        } else if (st[2] == 0) {
+            if (run_apart(p, d, n) && c->op != FL_OP_POW) {   /* (pow's shortcuts differ in a NaN's sign) */
+                scalar_run_f((fl_binop)c->op, p, *q, (double)*q, false, d, n);
+                return;
+            }
+        } else if (run_apart(q, d, n)) {
+            scalar_run_f((fl_binop)c->op, q, *p, (double)*p, true, d, n);
+            return;
+        }
+    }
     float x[FL_CPU_TILE], y[FL_CPU_TILE], z[FL_CPU_TILE];
     fl_cpu_load(c->a, off[1], st[1], n, x);
     fl_cpu_load(c->b, off[2], st[2], n, y);
@@ -208,6 +249,20 @@ static void scalar_tile(void *vc, int64_t n, const int64_t *off, const int64_t *
     float x[FL_CPU_TILE], z[FL_CPU_TILE];
     fl_cpu_load(c->a, off[1], st[1], n, x);
     scalar_run((fl_binop)c->op, x, c->s, c->first, z, n);
+    fl_cpu_store(c->dst, off[0], st[0], n, z);
+}
+
+/* clamp between two numbers as maximum then minimum, both binary_scalar's, in one loop (two passes over a tensor were
+ * 2.0× torch's clamp) */
+static inline void clamp_run(const float *a, float lo, float hi, float *d, int64_t n) {
+    EW_LOOP(minimum1(maximum1(a[i], lo), hi));
+}
+
+static void clamp_tile(void *vc, int64_t n, const int64_t *off, const int64_t *st) {
+    ew_ctx *c = vc;
+    float x[FL_CPU_TILE], z[FL_CPU_TILE];
+    fl_cpu_load(c->a, off[1], st[1], n, x);
+    clamp_run(x, (float)c->s, (float)c->s2, z, n);
     fl_cpu_store(c->dst, off[0], st[0], n, z);
 }
 
@@ -240,7 +295,7 @@ fl_status fl_cpu_dev_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, con
         CHUNKED(n, binop_run(op, x + i0, y + i0, d + i0, len));
         return FL_OK;
     }
-    ew_ctx c = { op, dst, a, b, 0, false };
+    ew_ctx c = { op, dst, a, b, 0, 0, false };
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 3, ts, binary_tile, &c);
 }
 
@@ -253,7 +308,7 @@ fl_status fl_cpu_dev_binary_scalar(fl_binop op, fl_tensor *dst, const fl_tensor 
         CHUNKED(n, scalar_run(op, x + i0, s, scalar_first, d + i0, len));
         return FL_OK;
     }
-    ew_ctx c = { op, dst, a, NULL, s, scalar_first };
+    ew_ctx c = { op, dst, a, NULL, s, 0, scalar_first };
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 2, ts, scalar_tile, &c);
 }
 
@@ -266,6 +321,19 @@ fl_status fl_cpu_dev_unary(fl_unop op, fl_tensor *dst, const fl_tensor *a) {
         CHUNKED(n, unop_run(op, x + i0, d + i0, len));
         return FL_OK;
     }
-    ew_ctx c = { op, dst, a, NULL, 0, false };
+    ew_ctx c = { op, dst, a, NULL, 0, 0, false };
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 2, ts, unary_tile, &c);
+}
+
+fl_status fl_cpu_dev_clamp(fl_tensor *dst, const fl_tensor *a, double lo, double hi) {
+    const fl_tensor *ts[2] = { dst, a };
+    int64_t n = fl_tensor_numel(dst);
+    if (all_f32_contig(2, ts)) {
+        float *d = fl_tensor_data(dst);
+        const float *x = fl_tensor_data(a);
+        CHUNKED(n, clamp_run(x + i0, (float)lo, (float)hi, d + i0, len));
+        return FL_OK;
+    }
+    ew_ctx c = { 0, dst, a, NULL, lo, hi, false };
+    return fl_cpu_for_tiles(dst->ndim, dst->shape, 2, ts, clamp_tile, &c);
 }
