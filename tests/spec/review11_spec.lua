@@ -1,0 +1,73 @@
+-- Found on 2026-12-06 (stop 95): stop 94's Lua and binding changes read line by line (the out-of-descriptors retry,
+-- the layer state's roles box, cat's left-out tensors, the schedulers' wrapper, fp8.stats' rows, the docs checks).
+-- docs/robustness.md, "Stop 94's Lua and binding changes read again (stop 95)". No timings: results and messages only.
+
+-- Runs a script in a child fp8lab under `ulimit -n 64` (so that it runs out of descriptors quickly) and returns what
+-- it printed.
+local function child(src)
+  local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
+  local script = dir .. "/child.lua"
+  local f = assert(io.open(script, "w"))
+  f:write(("local d = %q\n"):format(dir), src)
+  f:close()
+  local p = io.popen(("sh -c 'ulimit -n 64 && exec %q %q' 2>&1"):format(FP8LAB_BIN, script))
+  local out = p:read("a")
+  p:close()
+  os.execute("rm -rf " .. dir)
+  return out
+end
+
+describe("the out-of-descriptors retry (FL_LCALL, fl_error_out_of_fds)", function()
+  -- The core recorded errno with every message, and errno is stale at most sites: after an io.open that ran out of
+  -- descriptors, an error that has nothing to do with descriptors ("is a directory", a config that is a directory)
+  -- read as EMFILE, and the binding collected (running any finalizer) and called the function a second time.
+  it("collects and calls again only when the open itself ran out, not for an errno left by an earlier call", function()
+    local out = child([[
+local fs = {}
+while true do local f = io.open("/dev/null"); if not f then break end; fs[#fs + 1] = f end
+assert(#fs > 10, "the child did not run out of descriptors")
+for _, f in ipairs(fs) do f:close() end
+fs = nil
+collectgarbage(); collectgarbage("stop")   -- errno is EMFILE now, from the io.open that failed
+local cases = {
+  {"read_regular", function() return require("fp8._fileio").read_regular(d) end},
+  {"config.load", function() return fp8.config.load(d) end},
+  {"safe_open", function() return fp8.safe_open(d) end},
+}
+for _, c in ipairs(cases) do
+  local finalized = false
+  setmetatable({}, {__gc = function() finalized = true end})
+  local ok, err = pcall(c[2])
+  print(c[1], ok and "ok" or tostring(err):match("is a directory") and "directory"
+          or tostring(err):match("not a regular file") and "directory" or tostring(err),
+        finalized and "collected" or "not collected")
+end
+]])
+    assert.matches("read_regular\tdirectory\tnot collected\n", out, 1, true)
+    assert.matches("config.load\tdirectory\tnot collected\n", out, 1, true)
+    assert.matches("safe_open\tdirectory\tnot collected\n", out, 1, true)
+  end)
+
+  -- config.write took the second descriptor of its temporary file (a FILE * for fprintf) with fdopen(dup(fd)),
+  -- unchecked: with one descriptor left dup failed and fdopen(-1) gave "Bad file descriptor", never collected.
+  it("config.write with one descriptor left collects and goes on (it failed with 'Bad file descriptor')", function()
+    local out = child([[
+fp8.config.write(d .. "/c.yaml", {})
+collectgarbage(); collectgarbage("stop")
+local keep
+do
+  local list = {}   -- every descriptor but one held by files nothing refers to once `list` goes
+  while true do local f = io.open("/dev/null"); if not f then break end; list[#list + 1] = f end
+  assert(#list > 10, "the child did not run out of descriptors")
+  keep = table.remove(list)
+end
+keep:close()
+local ok, err = pcall(fp8.config.write, d .. "/c.yaml", {num_processes = 1})
+print("config.write", ok and "ok" or tostring(err))
+collectgarbage()
+print("read back", fp8.config.load(d .. "/c.yaml").num_processes)
+]])
+    assert.matches("config.write\tok\n", out, 1, true)
+    assert.matches("read back\t1\n", out, 1, true)
+  end)
+end)
