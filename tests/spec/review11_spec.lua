@@ -105,3 +105,23 @@ end
     assert.not_matches("Too many open files", out, 1, true)
   end)
 end)
+
+describe("fp8.stats' rows as one line", function()
+  -- the rows of a model trained by several processes under MS-AMP end with the FP8 all-reduce's row (layer
+  -- "(all-reduce)", lua/fp8/ddp.lua's counts), which the line counted as a layer: "7 rows of 3 layers" for two
+  it("counts the layers, not the all-reduce's row", function()
+    local nn = fp8.nn
+    local model = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16))
+    fp8.convert_model(model, { recipe = { backend = "te" } })
+    -- the counts ddp.lua gives after a step (one process cannot run the all-reduce itself)
+    rawset(model, "_ddp_stats", function() return { fp8_n = 10, fp8_underflow = 1, fp8_saturated = 0, steps = 1 } end)
+    local rows = fp8.stats(model, { quiet = true })
+    assert.are.equal(7, #rows)
+    assert.are.equal("(all-reduce)", rows[7].layer)
+    assert.are.equal("fp8.stats: 7 rows of 2 layers and the all-reduce (rows[i].layer, .role, .scale, ...: "
+      .. "help(\"stats\"))", tostring(rows))
+    rawset(model, "_ddp_stats", nil)
+    assert.are.equal("fp8.stats: 6 rows of 2 layers (rows[i].layer, .role, .scale, ...: help(\"stats\"))",
+      tostring(fp8.stats(model, { quiet = true })))
+  end)
+end)
