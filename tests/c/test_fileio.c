@@ -5,6 +5,7 @@
 #include "fileio.h"
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -222,8 +223,8 @@ TEST(fileio_out_of_fds_is_the_failed_open_s_own) {
     st = fl_append(dir, "x", 1, false);
     CHECK(st == FL_EIO && !fl_error_out_of_fds(st), "appending to a directory: %s", fl_last_error());
     /* the process out of descriptors: the limit at the lowest free one */
-    const int lowest = dup(0);
-    REQUIRE(lowest >= 0, "dup");
+    const int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE(lowest >= 0, "open /dev/null");
     close(lowest);
     struct rlimit old, lim;
     REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
