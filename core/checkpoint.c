@@ -400,7 +400,10 @@ fl_status fl_st_open(fl_st_file **out, const char *path) {
     *out = NULL;
     /* O_NONBLOCK: opening a named pipe would otherwise wait for a writer before the type check below */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) {
+        const int e = errno;
+        return FL_ERR_SYS(FL_EIO, e, "%s: cannot open: %s", path, strerror(e));
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);

@@ -645,10 +645,15 @@ static fl_status config_write_to(const fl_config *c, const char *path) {
     /* an unnamed temporary file that is named only when complete: a killed writer leaves nothing */
     fl_atomic_file af;
     FL_TRY(fl_atomic_begin(&af, path));
-    FILE *f = fdopen(dup(af.fd), "w");
+    /* a second descriptor, which a process out of them does not get (EMFILE: the binding collects and calls again;
+     * it was fdopen(-1)'s "Bad file descriptor"); fdopen's own failure closes it */
+    const int dfd = dup(af.fd);
+    FILE *f = dfd >= 0 ? fdopen(dfd, "w") : NULL;
     if (!f) {
+        const int e = errno;
+        if (dfd >= 0) close(dfd);
         fl_atomic_abort(&af);
-        return FL_ERR(FL_EIO, "%s: %s", path, strerror(errno));
+        return FL_ERR_SYS(FL_EIO, dfd < 0 ? e : 0, "%s: %s", path, strerror(e));
     }
     fprintf(f, "# fp8lab config (docs/config.md lists every key)\n");
     /* the two keys Accelerate's loader requires (ClusterConfig: "A `distributed_type` must be specified"), at the

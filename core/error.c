@@ -9,23 +9,39 @@
 static _Thread_local char fl_err_buf[1024];
 static _Thread_local size_t fl_err_detail_off;
 static _Thread_local fl_status fl_err_code;
-static _Thread_local int fl_err_errno;   /* errno when the message was recorded (an open's EMFILE) */
+static _Thread_local int fl_err_errno;   /* the errno a message was made from (FL_ERR_SYS), else 0 */
 static volatile sig_atomic_t fl_interrupt_flag;
 
-fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...) {
+static fl_status set_error(fl_status code, int err, const char *file, int line, const char *fmt, va_list ap) {
     const int saved = errno;
     fl_err_code = code;
-    fl_err_errno = saved;
+    fl_err_errno = err;
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int n = snprintf(fl_err_buf, sizeof fl_err_buf, "%s:%d: ", base, line);
     if (n < 0 || (size_t)n >= sizeof fl_err_buf) n = 0;
     fl_err_detail_off = (size_t)n;
+    vsnprintf(fl_err_buf + n, sizeof fl_err_buf - (size_t)n, fmt, ap);
+    errno = saved;   /* for a caller that reads it after the call failed */
+    return code;
+}
+
+/* errno is not taken here: at most of the sites it is stale, left by some earlier call that failed (an io.open
+ * that ran out of descriptors made "is a directory" or an IDX file's bad magic look like EMFILE, which
+ * fl_error_out_of_fds took for a reason to collect and call again; until stop 95) */
+fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(fl_err_buf + n, sizeof fl_err_buf - (size_t)n, fmt, ap);
+    set_error(code, 0, file, line, fmt, ap);
     va_end(ap);
-    errno = saved;   /* for a caller that reads it after the call failed */
+    return code;
+}
+
+fl_status fl_set_error_sys(fl_status code, int err, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(code, err, file, line, fmt, ap);
+    va_end(ap);
     return code;
 }
 

@@ -19,12 +19,18 @@ typedef enum {
 /* Record an error message (printf-style). Returns `code` so callers can `return FL_ERR(...)`. */
 fl_status fl_set_error(fl_status code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same, for a message about a system call that failed with errno err, which fl_error_out_of_fds then reads.
+ * Only where calling the whole function again is harmless: an open before anything was written or moved. */
+fl_status fl_set_error_sys(fl_status code, int err, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 #ifdef __clang_analyzer__
 /* For the static analyzer (scripts/analyze.sh): the same call, with the code as the value, so it knows an error
  * path returns that code, not FL_OK (fl_set_error's body is in another file). The code is evaluated twice. */
 #define FL_ERR(code, ...) (fl_set_error((code), __FILE__, __LINE__, __VA_ARGS__), (code))
+#define FL_ERR_SYS(code, err, ...) (fl_set_error_sys((code), (err), __FILE__, __LINE__, __VA_ARGS__), (code))
 #else
 #define FL_ERR(code, ...) fl_set_error((code), __FILE__, __LINE__, __VA_ARGS__)
+#define FL_ERR_SYS(code, err, ...) fl_set_error_sys((code), (err), __FILE__, __LINE__, __VA_ARGS__)
 #endif
 
 /* The last message recorded on this thread ("" when none). */
@@ -33,8 +39,9 @@ const char *fl_last_error(void);
 const char *fl_last_error_detail(void);
 void fl_clear_error(void);
 /* Whether st, the status of the call that recorded the last message, is a file that could not be opened because the
- * process (EMFILE) or the system (ENFILE) is out of descriptors: the binding layer then collects (descriptors held
- * by handles nothing refers to any more are closed) and tries once more, as it does for memory (lua/l_util.h). */
+ * process (EMFILE) or the system (ENFILE) is out of descriptors, as FL_ERR_SYS recorded it (never a stale errno): the
+ * binding layer then collects (descriptors held by handles nothing refers to any more are closed) and tries once
+ * more, as it does for memory (lua/l_util.h). */
 bool fl_error_out_of_fds(fl_status st);
 
 /* Interrupt flag: set from a signal handler, polled by long core loops. */

@@ -22,7 +22,10 @@ fl_status fl_open_regular(const char *path, const char *what, int64_t max_bytes,
     if (!path || !*path) return FL_ERR(FL_EINVAL, "%s: the path is empty", what);
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
     int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (f < 0) return FL_ERR(FL_EIO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    if (f < 0) {
+        const int e = errno;
+        return FL_ERR_SYS(FL_EIO, e, "%s: cannot open %s: %s", path, what, strerror(e));
+    }
     struct stat sb;
     if (fstat(f, &sb) != 0) {
         int e = errno;
@@ -122,15 +125,22 @@ static bool temp_name(const char *path, int attempt, char *out, size_t n) {
     return snprintf(out, n, "%s/%s.tmp%ld.%d", dir, stem, (long)getpid(), attempt) < (int)n;
 }
 
-fl_status fl_fsync_dir(const char *dir) {
+/* retry: whether a want of descriptors is recorded as such (FL_ERR_SYS), so that the binding calls the function
+ * again; not where the directory is synced after a file was appended to or renamed into place, which a second call
+ * would append again or not find */
+static fl_status fsync_dir(const char *dir, bool retry) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open the directory to fsync it: %s", dir, strerror(errno));
+    if (fd < 0) {
+        const int e = errno;
+        return FL_ERR_SYS(FL_EIO, retry ? e : 0, "%s: cannot open the directory to fsync it: %s", dir, strerror(e));
+    }
     int r = fsync(fd);
     int e = errno;
     close(fd);
     if (r != 0 && e != EINVAL) return FL_ERR(FL_EIO, "%s: fsync of the directory failed: %s", dir, strerror(e));
     return FL_OK;
 }
+fl_status fl_fsync_dir(const char *dir) { return fsync_dir(dir, true); }
 
 fl_status fl_append(const char *path, const void *data, size_t len, bool durable) {
     if (!path || !*path) return FL_ERR(FL_EINVAL, "cannot append: the path is empty");
@@ -140,7 +150,10 @@ fl_status fl_append(const char *path, const void *data, size_t len, bool durable
         fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
         created = fd >= 0;
     }
-    if (fd < 0) return FL_ERR(FL_EIO, "%s: cannot open to append: %s", path, strerror(errno));
+    if (fd < 0) {   /* nothing written yet: a second call is harmless */
+        const int e = errno;
+        return FL_ERR_SYS(FL_EIO, e, "%s: cannot open to append: %s", path, strerror(e));
+    }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -172,7 +185,7 @@ fl_status fl_append(const char *path, const void *data, size_t len, bool durable
     if (created) {
         char dir[4096];
         dir_of(path, dir, sizeof dir);
-        return fl_fsync_dir(dir);
+        return fsync_dir(dir, false);
     }
     return FL_OK;
 }
@@ -214,7 +227,7 @@ fl_status fl_atomic_begin(fl_atomic_file *af, const char *path) {
     }
     if (af->fd < 0) {
         af->tmp[0] = 0;
-        return FL_ERR(FL_EIO, "%s: cannot create a temporary file in %s: %s", path, dir, strerror(e));
+        return FL_ERR_SYS(FL_EIO, e, "%s: cannot create a temporary file in %s: %s", path, dir, strerror(e));
     }
     (void)flock(af->fd, LOCK_EX);   /* held until closed, as on the O_TMPFILE path */
     return FL_OK;
@@ -288,7 +301,7 @@ fl_status fl_atomic_commit(fl_atomic_file *af) {
     af->fd = -1;
     char dir[4096];
     dir_of(af->path, dir, sizeof dir);
-    return fl_fsync_dir(dir);
+    return fsync_dir(dir, false);
 fail:
     fl_atomic_abort(af);
     return FL_ERR(FL_EIO, "%s: cannot write: %s", af->path, strerror(e));
@@ -308,9 +321,9 @@ fl_status fl_fsync_rename(const char *tmp, const char *path) {
     if (rename(tmp, path) != 0) { e = errno; goto fail; }
     char dir[4096];
     dir_of(path, dir, sizeof dir);
-    return fl_fsync_dir(dir);
-fail:
-    return FL_ERR(FL_EIO, "%s: cannot write (from %s): %s", path, tmp, strerror(e));
+    return fsync_dir(dir, false);
+fail:   /* (before the rename: a second call finds tmp where it was) */
+    return FL_ERR_SYS(FL_EIO, e, "%s: cannot write (from %s): %s", path, tmp, strerror(e));
 }
 
 fl_status fl_write_atomic(const char *path, const void *data, size_t len) {

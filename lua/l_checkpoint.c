@@ -360,14 +360,10 @@ static safe_open_box *open_box(lua_State *L, const char *path) {
     b->f = NULL;
     b->device = FL_DEV_CPU;
     luaL_setmetatable(L, SAFE_OPEN_MT);
-    fl_status st = fl_st_open(&b->f, path);
-    if (st != FL_OK && (errno == EMFILE || errno == ENFILE)) {
-        /* out of descriptors: safe_open handles left to the collector (the docs allow it) hold theirs until a cycle
-         * runs, which descriptors never start; one full collection closes the unreachable ones, then once more */
-        lua_gc(L, LUA_GCCOLLECT);
-        st = fl_st_open(&b->f, path);
-    }
-    FL_LCALL(L, st);
+    /* out of descriptors: safe_open handles left to the collector (the docs allow it) hold theirs until a cycle
+     * runs, which descriptors never start; FL_LCALL's collection closes the unreachable ones, then opens once more
+     * (this read errno itself, stale after an earlier failure: "not a regular file" was retried; until stop 95) */
+    FL_LCALL(L, fl_st_open(&b->f, path));
     return b;
 }
 

@@ -18,8 +18,8 @@ int fl_lcheck(lua_State *L, fl_status s);
 /* Run a core call; on FL_ENOMEM collect all Lua garbage (which may free tensors) and retry once
  * (Torch7's THCudaMalloc pattern), and the same when a file could not be opened for want of descriptors
  * (fl_error_out_of_fds: safe_open handles and Lua files left to the collector hold theirs until a cycle runs,
- * which descriptors never start). `expr` is evaluated at most twice, so it must be repeatable:
- * write results only into a box slot that starts NULL. */
+ * which descriptors never start; the core marks only an open made before anything was written or moved, FL_ERR_SYS).
+ * `expr` is evaluated at most twice, so it must be repeatable: write results only into a box slot that starts NULL. */
 #define FL_LCALL(L, expr)                                                   \
     do {                                                                    \
         fl_status fl__ls = (expr);                                          \

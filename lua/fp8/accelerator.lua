@@ -1175,7 +1175,7 @@ local function append_log(path, data)
     local ok, err = pcall(require("fp8._fileio").append, path, data)
     return ok, not ok and tostring(err):gsub("^" .. path:gsub("%p", "%%%0") .. ": ", "") or nil
   end
-  local f, err = io.open(path, "a")
+  local f, err = require("fp8.model_files").open_file(path, "a")   -- (collects once when out of descriptors)
   if not f then return false, err end
   local ok, werr = f:write(data)
   local cok, cerr = f:close()   -- a buffered write's failure shows here
@@ -1210,7 +1210,7 @@ function Accelerator:log_fp8_stats(opts)
     error(("log_fp8_stats: path must be a file name, got %s"):format(tostring(path)), 2)
   end
   if path ~= nil and self.process_index == 0 then   -- the main process writes the CSV
-    local f, err = io.open(path, "a")
+    local f, err = require("fp8.model_files").open_file(path, "a")   -- (collects once when out of descriptors)
     if not f then error(("log_fp8_stats: cannot open %s: %s"):format(path, err), 2) end
     local empty = f:seek("end") == 0
     f:close()

@@ -138,18 +138,7 @@ end
 -- ---- files -----------------------------------------------------------------------------------
 
 local join = model_files.join
-
--- io.open, once more after a full collection when the process or the system is out of descriptors (EMFILE 24, ENFILE
--- 23): safe_open handles and files left to the collector hold theirs until a cycle runs (the bindings' FL_LCALL rule)
-local function open_file(path, mode)
-  local f, err, code = io.open(path, mode)
-  if not f and (code == 24 or code == 23) then
-    collectgarbage()
-    f, err = io.open(path, mode)
-  end
-  return f, err
-end
-M._open_file = open_file
+local open_file = model_files.open_file   -- (io.open, collecting once when out of descriptors)
 
 local function read_all(path)
   -- a named pipe or a device in a checkpoint's place would block or never end: not opened

@@ -19,6 +19,21 @@ local STAGED = ".staged-"   -- a new shard's name until every shard of the save 
 local function join(a, b) return a:sub(-1) == "/" and a .. b or a .. "/" .. b end
 M.join = join
 
+-- open_file(path, mode): io.open, once more after a full collection when the process or the system is out of
+-- descriptors (EMFILE 24, ENFILE 23): safe_open handles and files left to the collector hold theirs until a cycle
+-- runs (the bindings' FL_LCALL rule). Every fp8 module's own io.open of a user's file goes through it (checkpointing's
+-- JSON files, a sharded checkpoint's index here, log_fp8_stats' CSV): load_checkpoint_in_model and log_fp8_stats
+-- still failed with "Too many open files" after stop 94.
+local function open_file(path, mode)
+  local f, err, code = io.open(path, mode)
+  if not f and (code == 24 or code == 23) then
+    collectgarbage()
+    f, err = io.open(path, mode)
+  end
+  return f, err
+end
+M.open_file = open_file
+
 -- The bytes a tensor takes in a file: its elements, and an FP8 tensor's F32 name_scale_inv beside it.
 function M.file_bytes(t)
   local bytes = t:numel() * core.format(t:dtype()).bytes
@@ -167,7 +182,7 @@ local function checkpoint_files(path)
     local why = C.exists(path) and "not a regular file or a folder" or "no such file or directory"
     fail("expected a weights file, a sharded checkpoint's index, or a folder holding either, got %q (%s)", path, why)
   end
-  local f, err = io.open(index, "rb")
+  local f, err = open_file(index, "rb")
   if not f then fail("cannot read %s: %s", index, err) end
   local text = f:read("a")
   f:close()

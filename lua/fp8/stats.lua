@@ -16,13 +16,15 @@ local M = {}
 -- (a checkpoint's rows echoed their whole amax histories, 1024 numbers a role).
 local Rows = { __name = "fp8.StatsRows" }
 function Rows.__tostring(rows)
-  local layers, seen = 0, {}
+  -- the FP8 all-reduce's row (several processes under MS-AMP) is no layer: it was counted as one until stop 95
+  local layers, seen, reduce = 0, {}, false
   for _, r in ipairs(rows) do
-    if not seen[r.layer] then seen[r.layer], layers = true, layers + 1 end
+    if r.rule == "allreduce" then reduce = true
+    elseif not seen[r.layer] then seen[r.layer], layers = true, layers + 1 end
   end
   if #rows == 0 then return "fp8.stats: no rows" end
-  return ("fp8.stats: %d rows of %d layer%s (rows[i].layer, .role, .scale, ...: help(\"stats\"))"):format(#rows, layers,
-    layers == 1 and "" or "s")
+  return ("fp8.stats: %d rows of %d layer%s%s (rows[i].layer, .role, .scale, ...: help(\"stats\"))"):format(#rows,
+    layers, layers == 1 and "" or "s", reduce and " and the all-reduce" or "")
 end
 
 -- stats(model [, {quiet=true}]) → list of rows {layer, role, format, scale, amax, amax_history,

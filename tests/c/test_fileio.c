@@ -4,6 +4,8 @@
 #include "runner.h"
 #include "fileio.h"
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -198,6 +200,48 @@ TEST(fileio_append_failing_part_way_is_cut_back) {
     size_t len = 0;
     REQUIRE_OK(fl_read_regular(file, "file", 0, &buf, &len));
     CHECK(len == 13 && memcmp(buf, "0123456789abc", 13) == 0, "read back %zu bytes", len);
+    free(buf);
+    unlink(file);
+    rmdir(dir);
+}
+
+/* fl_error_out_of_fds (the bindings collect and call again on it) says what the failed open said, never an errno
+ * left by some earlier call: with errno EMFILE from before, "is a directory" read as out of descriptors (stop 95). */
+TEST(fileio_out_of_fds_is_the_failed_open_s_own) {
+    char dir[] = "/tmp/fl_test_fileio_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char file[256];
+    snprintf(file, sizeof file, "%s/f.txt", dir);
+    REQUIRE_OK(fl_write_atomic(file, "0123456789", 10));
+    char *buf = NULL;
+    size_t len = 0;
+    errno = EMFILE;   /* stale, as an io.open that ran out leaves it */
+    fl_status st = fl_read_regular(dir, "text file", 0, &buf, &len);
+    CHECK(st == FL_EIO && strstr(fl_last_error(), "is a directory"), "%s", fl_last_error());
+    CHECK(!fl_error_out_of_fds(st), "a directory read as out of descriptors");
+    errno = EMFILE;
+    st = fl_append(dir, "x", 1, false);
+    CHECK(st == FL_EIO && !fl_error_out_of_fds(st), "appending to a directory: %s", fl_last_error());
+    /* the process out of descriptors: the limit at the lowest free one */
+    const int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE(lowest >= 0, "open /dev/null");
+    close(lowest);
+    struct rlimit old, lim;
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+    lim = old;
+    lim.rlim_cur = (rlim_t)lowest;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit");
+    fl_status r1 = fl_read_regular(file, "text file", 0, &buf, &len);
+    const bool o1 = fl_error_out_of_fds(r1);
+    fl_status r2 = fl_write_atomic(file, "abc", 3);
+    const bool o2 = fl_error_out_of_fds(r2);
+    char err2[256];
+    snprintf(err2, sizeof err2, "%s", fl_last_error());
+    setrlimit(RLIMIT_NOFILE, &old);
+    CHECK(r1 == FL_EIO && o1, "a read with no descriptor left: %d, %d", (int)r1, (int)o1);
+    CHECK(r2 == FL_EIO && o2, "a write with no descriptor left: %d, %d (%s)", (int)r2, (int)o2, err2);
+    REQUIRE_OK(fl_read_regular(file, "text file", 0, &buf, &len));
+    CHECK(len == 10, "the failed write changed the file (%zu bytes)", len);
     free(buf);
     unlink(file);
     rmdir(dir);

@@ -211,6 +211,11 @@ end
         assert.is_nil(out:find("fp8lab: ", 1, true) and not out:find("fp8lab: notice", 1, true) and out or nil,
           b.where .. ":\n" .. out)
         assert.is_nil(out:find("stdin:%d+:"), b.where .. ":\n" .. out)
+        -- the prompt reports every error with a traceback; an error raised without a position (error(msg, 0), as
+        -- load_state's "does not exist", or a message placed in a module) or an error object that is not a string
+        -- names no stdin line (until stop 95 such a block passed)
+        assert.is_nil(out:find("stack traceback:", 1, true) or out:find("(error object is a", 1, true),
+          b.where .. ":\n" .. out)
       end)
     end
   end
