@@ -45,3 +45,78 @@ describe("an in-place write with an operand that requires grad", function()
     assert.same({ 2, 8, 18 }, fp8.tensor({ 1, 2, 3 }):mul_(w:detach() * 2):totable())
   end)
 end)
+
+describe("ReduceLROnPlateau's settings in its state", function()
+  local function make(o)
+    local opt = fp8.optim.SGD({ fp8.zeros(2):requires_grad(true) }, { lr = 0.1 })
+    return opt, S.ReduceLROnPlateau(opt, o)
+  end
+  -- Its state_dict kept the counters and best alone, so a state saved with factor 0.5 and patience 2 went into a
+  -- scheduler of factor 0.1 (or mode "max", which reads the saved best the wrong way round) without a word, where the
+  -- closed forms refuse a state whose settings give another schedule (torch's load_state_dict puts the saved
+  -- settings back).
+  it("are recorded, and a state of other settings is refused unless strict=false", function()
+    local _, a = make({ factor = 0.5, patience = 2, min_lr = 0.001 })
+    a:step(1.0); a:step(2.0)
+    local sd = a:state_dict()
+    assert.are.equal("ReduceLROnPlateau", sd.name)
+    assert.are.equal(0.5, sd.settings.factor)
+    for _, o in ipairs {
+      { { factor = 0.1, patience = 2, min_lr = 0.001 }, "factor was 0.5, this one's is 0.1" },
+      { { factor = 0.5, patience = 3, min_lr = 0.001 }, "patience was 2, this one's is 3" },
+      { { factor = 0.5, patience = 2, min_lr = 0.001, mode = "max" }, 'mode was "min", this one\'s is "max"' },
+      { { factor = 0.5, patience = 2, min_lr = 0.001, threshold = 0.01 }, "threshold was" },
+      { { factor = 0.5, patience = 2, min_lr = 0.001, threshold_mode = "abs" }, "threshold_mode was" },
+      { { factor = 0.5, patience = 2, min_lr = 0.001, cooldown = 1 }, "cooldown was 0" },
+      { { factor = 0.5, patience = 2, min_lr = 0.001, eps = 1e-6 }, "eps was" },
+      { { factor = 0.5, patience = 2 }, "min_lrs was {0.001}, this one's is {0}" },
+    } do
+      local _, b = make(o[1])
+      U.fails_with({ "ReduceLROnPlateau:load_state_dict: its settings differ: " .. o[2], "strict=false" },
+        b.load_state_dict, b, sd)
+      assert.are.equal(0, b.num_bad_epochs)   -- nothing taken
+      b:load_state_dict(sd, false)            -- this one's settings, the saved counters
+      assert.are.equal(1, b.num_bad_epochs)
+      assert.are.equal(o[1].factor, b.factor)
+    end
+    local _, c = make({ factor = 0.5, patience = 2, min_lr = 0.001 })
+    c:load_state_dict(sd)
+    assert.are.equal(1, c.num_bad_epochs)
+    assert.are.equal(1.0, c.best)
+    U.fails_with("strict must be a boolean, got 1", c.load_state_dict, c, sd, 1)
+    -- a state saved before the settings were recorded loads as before; a StepLR refuses a plateau's state by name
+    local old = a:state_dict(); old.settings, old.name = nil, nil
+    local _, d = make({ factor = 0.1 })
+    d:load_state_dict(old)
+    assert.are.equal(1, d.num_bad_epochs)
+    local opt = fp8.optim.SGD({ fp8.zeros(2):requires_grad(true) }, { lr = 0.1 })
+    U.fails_with("the state is a ReduceLROnPlateau's, this scheduler is a StepLR", S.StepLR(opt, 3).load_state_dict,
+      S.StepLR(opt, 3), sd)
+  end)
+
+  it("are compared by acc:load_state, as the other schedulers' schedules", function()
+    local dir = U.tmpdir()
+    local function run(o)
+      local m = fp8.nn.Linear(2, 2)
+      local opt = fp8.optim.SGD(m:parameters(), { lr = 0.1 })
+      local sched = S.ReduceLROnPlateau(opt, o)
+      local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+      m, opt, sched = acc:prepare(m, opt, sched)
+      return acc, sched, opt
+    end
+    local acc, sched = run({ factor = 0.5, patience = 1 })
+    sched:step(1.0); sched:step(2.0)
+    acc:save_state(dir .. "/ck")
+    local acc2, sched2, opt2 = run({ factor = 0.1, patience = 1 })
+    U.fails_with({ "load_state: scheduler 1 of", "its settings differ: factor was 0.5, this one's is 0.1",
+      "{strict=false}" }, acc2.load_state, acc2, dir .. "/ck")
+    assert.are.equal(0, sched2.num_bad_epochs)
+    assert.are.equal(0.1, opt2.param_groups[1].lr)
+    acc2:load_state(dir .. "/ck", { strict = false })
+    assert.are.equal(1, sched2.num_bad_epochs)
+    local acc3, sched3 = run({ factor = 0.5, patience = 1 })
+    acc3:load_state(dir .. "/ck")
+    assert.are.equal(1, sched3.num_bad_epochs)
+    os.execute("rm -rf " .. U.q(dir))
+  end)
+end)
