@@ -1295,8 +1295,9 @@ if okh and help.add then
     .. "refers to), after a full garbage collection and, with a usable GPU, fp8.cuda.empty_cache().")
   add("acc:clip_grad_value_", "acc:clip_grad_value_(model_or_params, v)",
     "Clamps every gradient element to [-v, v] (after unscaling under fp16). See also acc:clip_grad_norm_.")
-  add("set_seed", "fp8.set_seed(seed [, device_specific [, deterministic]])",
-    "Accelerate's set_seed: seeds fp8's RNG and Lua's math.random (device_specific adds the process index). "
+  add("set_seed", "fp8.set_seed(seed [, device_specific [, deterministic]]) / fp8.utils.set_seed(...)",
+    "Accelerate's set_seed (accelerate.utils', also as fp8.utils.set_seed): seeds fp8's RNG and Lua's math.random "
+    .. "(device_specific adds the process index). "
     .. "deterministic: fp8lab's kernels always are (the same seed gives the same bits), so true is taken and false "
     .. "changes nothing.")
   add("acc:profile", "acc:profile(function(prof) ... end [, fp8.ProfileKwargs{...}]) -> prof",

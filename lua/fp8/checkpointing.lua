@@ -1125,14 +1125,10 @@ function M.install(Accelerator)
             .. "keep this run's schedule from the saved step)"):format(i, dir, why), 0)
         end
         local saved = s:state_dict()
-        -- a ReduceLROnPlateau's load_state_dict takes the state alone (torch's has no strict): given strict=false it
-        -- refused the extra argument, and every load_state of a run with a prepared one failed (until 2026-12-06)
-        local plateau = require("fp8.optim.lr_scheduler")._is_plateau(s)
-        local function load(state)
-          if plateau then s:load_state_dict(state) else s:load_state_dict(state, false) end
-        end
-        undo[#undo + 1] = function() load(saved) end
-        apply[#apply + 1] = function() load(sd) end
+        -- (checked above; a ReduceLROnPlateau's load_state_dict takes strict too since stop 95's review: until
+        -- 2026-12-06 it took the state alone and refused the false, and every load_state of a run with one failed)
+        undo[#undo + 1] = function() s:load_state_dict(saved, false) end
+        apply[#apply + 1] = function() s:load_state_dict(sd, false) end
       end
       local scaler_file = join(dir, "scaler.json")
       local has_scaler = C.exists(scaler_file)

@@ -147,6 +147,22 @@ function fp8.set_seed(seed, device_specific, deterministic, ...)
   math.randomseed(seed)
 end
 
+-- fp8.utils is torch.utils' (checkpoint); Accelerate's `from accelerate.utils import set_seed` is as common as torch's
+-- manual_seed, so fp8.utils.set_seed is fp8.set_seed, the same function (device_specific and deterministic as
+-- above). Any other name fp8 has (accelerate.utils' functions live at fp8's top level: fp8.convert_model,
+-- fp8.load_checkpoint_in_model, ...) read from fp8.utils is an error naming fp8's (it was nil: "attempt to call a nil
+-- value (field 'set_seed')" until stop 95's review)
+fp8.utils.set_seed = fp8.set_seed
+setmetatable(fp8.utils, { __index = function(_, k)
+  if type(k) == "string" and k ~= "checkpoint" then
+    local ok, v = pcall(function() return fp8[k] end)
+    if ok and v ~= nil then
+      error(("fp8.utils.%s: fp8.utils holds torch.utils' names (checkpoint) and set_seed; accelerate.utils' %s is "
+        .. "fp8.%s"):format(k, k, k), 2)
+    end
+  end
+end })
+
 -- get_rng_state() / set_rng_state(state) / initial_seed(): torch's names for the generator's state, what save_state
 -- writes to random_states_<rank>.json. The state is a string of 32 hex digits, the seed's 16 then the counter's 16
 -- (torch's is a ByteTensor): it goes into JSON (a register_for_checkpointing object's state_dict) as it is, and

@@ -17,10 +17,25 @@ local at_caller = T._at_caller   -- every method below raises its errors at the 
 -- v's values into t as method `name` (v a tensor or a number); its refusals name the method
 local function write(name, t, v) return t:_write_(v, name) end
 
+-- A tensor operand that requires grad (a leaf that does, or a result of a graph) while grad mode is on: torch records
+-- the in-place op (x gets a grad_fn, and the gradient reaches the operand: x:mul_(w) then a loss of x gives w.grad);
+-- here the new values are computed from detached operands and nothing is recorded, so w's gradient would be lost
+-- without a word (until stop 95 it was: w.grad stayed nil). Refused, as a write to an x in a graph is; under
+-- fp8.no_grad (an optimizer's or an EMA's update) it is taken. `level` is the error's level, as error's.
+local function check_operand(name, what, v, level)
+  if core.is_tensor(v) and v:requires_grad() and core.is_grad_enabled() then
+    error(("%s: %s %s, and the write in place records nothing for autograd (torch records it, and the gradient "
+      .. "reaches %s): its gradient would be lost; compute out of place (y = x:%s(...)), or write under "
+      .. "fp8.no_grad"):format(name, what, v:is_leaf() and "requires grad" or "is part of an autograd graph", what,
+      (name:gsub("_$", ""))), level + 1)
+  end
+end
+
 -- an operand: a live tensor (detached, so no graph is built for values that are written in place) or a number
 local function operand(name, what, v)
   if core.is_tensor(v) then
     check_live(name, what, v, 4)
+    check_operand(name, what, v, 4)
     return v:detach()
   end
   if type(v) ~= "number" then error(("%s: %s must be a tensor or a number, got %s"):format(name, what, got(v)), 4) end
@@ -38,7 +53,7 @@ end
 Tensor.copy_ = at_caller(function(t, src, ...)
   check_self("copy_", t); no_more("copy_", "(src)", ...)
   if not core.is_tensor(src) then error(("copy_: expected a source tensor, got %s"):format(got(src)), 2) end
-  check_live("copy_", "the source", src)
+  check_live("copy_", "the source", src); check_operand("copy_", "the source", src, 2)
   return write("copy_", t, src:detach())
 end)
 
@@ -46,7 +61,7 @@ end)
 Tensor.fill_ = at_caller(function(t, v, ...)
   check_self("fill_", t); no_more("fill_", "(value)", ...)
   if core.is_tensor(v) then
-    check_live("fill_", "value", v)
+    check_live("fill_", "value", v); check_operand("fill_", "value", v, 2)
     if v:dim() ~= 0 then
       error(("fill_: value must be a number or a 0-d tensor, got a tensor of shape %s"):format(v:shape_str()), 2)
     end
@@ -96,11 +111,15 @@ end)
 -- clamp_(min, max) / clamp_{min=, max=}: clamp's bounds (numbers or tensors)
 Tensor.clamp_ = at_caller(function(t, lo, hi, ...)
   check_self("clamp_", t); no_more("clamp_", "(min, max) or ({min=, max=})", ...)
+  local b = type(lo) == "table" and not core.is_tensor(lo) and lo or nil   -- {min=, max=}
+  check_operand("clamp_", "min", b and rawget(b, "min") or lo, 2)
+  check_operand("clamp_", "max", b and rawget(b, "max") or hi, 2)
   return write("clamp_", t, compute("clamp_", function() return t:detach():clamp(lo, hi) end))
 end)
 
 Tensor.masked_fill_ = at_caller(function(t, mask, value, ...)
   check_self("masked_fill_", t); no_more("masked_fill_", "(mask, value)", ...)
+  check_operand("masked_fill_", "value", value, 2)
   return write("masked_fill_", t, compute("masked_fill_", function() return t:detach():masked_fill(mask, value) end))
 end)
 
@@ -130,8 +149,8 @@ end)
 
 Tensor.lerp_ = at_caller(function(t, e, w, ...)
   check_self("lerp_", t); no_more("lerp_", "(end, weight)", ...)
-  if core.is_tensor(e) then check_live("lerp_", "end", e); e = e:detach() end
-  if core.is_tensor(w) then check_live("lerp_", "weight", w); w = w:detach() end
+  if core.is_tensor(e) then check_live("lerp_", "end", e); check_operand("lerp_", "end", e, 2); e = e:detach() end
+  if core.is_tensor(w) then check_live("lerp_", "weight", w); check_operand("lerp_", "weight", w, 2); w = w:detach() end
   return write("lerp_", t, lerp("lerp_", t:detach(), e, w))
 end)
 
@@ -157,6 +176,7 @@ for _, name in ipairs { "scatter", "scatter_add", "index_add", "index_copy", "in
       error(("%s: %s, got %s"):format(m, SRC_WANTED[name], got(src)), 2)
     end
     for _, v in ipairs { index, src } do if core.is_tensor(v) then check_live(m, "an argument", v) end end
+    check_operand(m, name == "index_fill" and "value" or "the source", src, 2)
     local d = t:detach()
     return write(m, t, compute(m, function()
       if add then return d:index_add(dim, detached(index), detached(src), alpha) end
@@ -182,6 +202,10 @@ local FORMS = {
   "logical_or", "logical_xor", "addcmul", "addcdiv", "addmm", "baddbmm", "cumsum", "cumprod", "tril", "triu",
   "renorm",
 }
+-- the forms whose values carry no gradient to an operand (comparisons and logical ops, torch's too): an operand that
+-- requires grad is taken for them
+local NO_GRADIENT = { eq = true, ne = true, lt = true, le = true, gt = true, ge = true, logical_and = true,
+  logical_or = true, logical_xor = true }
 for _, name in ipairs(FORMS) do
   local m = name .. "_"
   assert(Tensor[m] == nil, m)
@@ -189,7 +213,11 @@ for _, name in ipairs(FORMS) do
     check_self(m, t)
     local args = table.pack(...)
     for i = 1, args.n do
-      if core.is_tensor(args[i]) then check_live(m, "argument " .. i, args[i]); args[i] = args[i]:detach() end
+      if core.is_tensor(args[i]) then
+        check_live(m, "argument " .. i, args[i])
+        if not NO_GRADIENT[name] then check_operand(m, "argument " .. i, args[i], 2) end
+        args[i] = args[i]:detach()
+      end
     end
     local d = t:detach()
     return write(m, t, compute(m, function() return d[name](d, table.unpack(args, 1, args.n)) end))

@@ -334,6 +334,8 @@ local function other_schedule(self, sd)
 end
 
 M._other_schedule = function(sched, sd)
+  -- a ReduceLROnPlateau: its settings (M._plateau_other, defined with the class below)
+  if M._is_plateau(sched) and type(sd) == "table" then return M._plateau_other(sched, sd) end
   -- (a Scheduler, not a Plateau: its schedule function; getmetatable answers the class's torch name, not Scheduler)
   if type(sched) ~= "table" or type(rawget(sched, "_lr_fn")) ~= "function" or type(sd) ~= "table" then return nil end
   return other_schedule(sched, sd)
@@ -1155,7 +1157,8 @@ end
 -- the steps since the metric last improved (by threshold, relative or absolute) and, past patience of them, multiplies
 -- each group's current lr by factor (not below min_lr, a number or one per group; a change smaller than eps is not
 -- made), then waits cooldown steps before counting again. As the closed forms, it refuses to step an optimizer that
--- another scheduler stepped last. state_dict() / load_state_dict(sd) keep its counters and best value.
+-- another scheduler stepped last. state_dict() / load_state_dict(sd [, strict]) keep its counters and best value,
+-- and its settings, which a load compares (below).
 Plateau.__index = Plateau
 Plateau.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry
 local PLATEAU_KEYS = { "mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps" }
@@ -1297,18 +1300,75 @@ end
 function Plateau:get_last_lr() return table.move(self._last_lr, 1, #self._last_lr, 1, {}) end
 
 local PLATEAU_STATE = { "last_epoch", "best", "num_bad_epochs", "cooldown_counter" }
+-- The settings a state records (`settings`), as the closed forms record their schedule: torch's state_dict carries
+-- them and its load_state_dict puts them back; here they are the constructor's, so a state whose settings differ is
+-- refused (strict, the default), as the closed forms refuse one whose schedule differs. Before stop 95 they were not
+-- recorded, and a state saved with factor 0.5 and patience 2 loaded into a scheduler of factor 0.1 and patience 10
+-- (or mode "max", which read the saved best the wrong way round) without a word. A state without them (saved before)
+-- loads as before.
+local PLATEAU_SETTINGS = { "mode", "threshold_mode", "factor", "patience", "threshold", "cooldown", "eps" }
+local function plateau_settings(self)
+  local st = { min_lrs = table.move(self.min_lrs, 1, #self.min_lrs, 1, {}) }
+  for _, k in ipairs(PLATEAU_SETTINGS) do st[k] = self[k] end
+  return st
+end
+
+local function same_number(a, b)
+  return a == b or (type(a) == "number" and type(b) == "number"
+    and math.abs(a - b) <= 1e-12 * math.max(math.abs(a), math.abs(b)))
+end
+
+-- Why a state from state_dict() is not this ReduceLROnPlateau's (another class, or other settings), or nil
+local function plateau_other(self, sd)
+  if sd.name ~= nil and sd.name ~= self.name then
+    return ("the state is a %s's, this scheduler is a %s"):format(tostring(sd.name), self.name)
+  end
+  local st = sd.settings
+  if st == nil then return nil end
+  if type(st) ~= "table" then return ("its settings must be a table, got %s"):format(O.got(st)) end
+  local show = function(v) return type(v) == "string" and ("%q"):format(v) or tostring(v) end
+  for _, k in ipairs(PLATEAU_SETTINGS) do
+    local a, b = rawget(st, k), self[k]
+    if not same_number(a, b) then
+      return ("its settings differ: %s was %s, this one's is %s"):format(k, show(a), show(b))
+    end
+  end
+  local ml = rawget(st, "min_lrs")
+  local ok = type(ml) == "table" and rawlen(ml) == #self.min_lrs
+  for i = 1, ok and #self.min_lrs or 0 do ok = ok and same_number(rawget(ml, i), self.min_lrs[i]) end
+  if not ok then
+    return ("its settings differ: min_lrs was %s, this one's is {%s}"):format(type(ml) == "table"
+      and ("{" .. table.concat(ml, ", ") .. "}") or O.got(ml), table.concat(self.min_lrs, ", "))
+  end
+end
+M._plateau_other = plateau_other
+
 -- best is left out while it is still infinite (JSON has no infinity); loading restores the mode's start
 function Plateau:state_dict()
-  local sd = { base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}) }
+  local sd = { base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}), name = self.name,
+    settings = plateau_settings(self) }
   for _, k in ipairs(PLATEAU_STATE) do sd[k] = self[k] end
   if math.abs(sd.best) == math.huge then sd.best = nil end
   sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
   return sd
 end
 
-function Plateau:load_state_dict(sd)
+-- load_state_dict(sd [, strict=true]): strict=false takes a state saved with other settings (this one's stay), as
+-- the closed forms' (torch's has no strict: it puts the saved settings back)
+function Plateau:load_state_dict(sd, strict)
   if type(sd) ~= "table" then
     error(("ReduceLROnPlateau:load_state_dict: expected a table from state_dict(), got %s"):format(type(sd)), 2)
+  end
+  if strict ~= nil and type(strict) ~= "boolean" then
+    error(("ReduceLROnPlateau:load_state_dict: strict must be a boolean, got %s"):format(O.got(strict)), 2)
+  end
+  if strict ~= false then
+    local why = plateau_other(self, sd)
+    if why then
+      error(("ReduceLROnPlateau:load_state_dict: %s (torch puts the saved settings back; here they are the "
+        .. "constructor's: make the scheduler as it was saved, or pass strict=false to keep this one's settings)")
+        :format(why), 2)
+    end
   end
   for _, k in ipairs { "last_epoch", "num_bad_epochs", "cooldown_counter" } do
     if math.type(sd[k]) ~= "integer" or sd[k] < 0 then
