@@ -585,6 +585,7 @@ also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", 
                        "Tensor:logical_or", "Tensor:logical_xor", "Tensor:all", "Tensor:any", "Tensor:masked_select",
                        "Tensor:nonzero", "Tensor:argwhere" })
 also("Tensor:logsumexp", { "Tensor:norm" })
+also("get_rng_state", { "set_rng_state", "initial_seed" })
 also("Tensor:prod", { "Tensor:cumprod", "prod", "cumprod" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })
