@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# run-tests.sh BUILD [gpu] — runs the C core tests and the busted specs inside BUILD/fp8lab,
-# then prints one closing line "N passed, N failed" summing both.
+# run-tests.sh BUILD [gpu] — runs the C core tests and the busted specs inside BUILD/fp8lab, then prints how long
+# each part took (wall seconds) and one closing line "N passed, N failed" summing both.
 set -uo pipefail
 B=${1:-build}; MODE=${2:-}
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -9,8 +9,12 @@ if [ "$MODE" = gpu ]; then
   "$B/test_core" gpu_ 2>&1 | tee -a "$log" || rc=1
   "$B/fp8lab" tests/busted.lua tests/gpu 2>&1 | tee -a "$log" || rc=1
 else
+  t0=$SECONDS
   "$B/test_core" 2>&1 | tee -a "$log" || rc=1
+  t1=$SECONDS
   "$B/fp8lab" tests/busted.lua tests/spec 2>&1 | tee -a "$log" || rc=1
+  t2=$SECONDS
+  times="C core tests $((t1 - t0)) s, busted specs $((t2 - t1)) s"
 fi
 # C runner lines: "N passed, N failed"; busted: "N successes / N failures / N errors / N pending"
 read -r p f < <(awk '
@@ -18,5 +22,6 @@ read -r p f < <(awk '
   /[0-9]+ successes? \/ [0-9]+ failures? \/ [0-9]+ errors? \// { p += $1; f += $4 + $7 }
   END { print p+0, f+0 }' "$log")
 echo
+[ -n "${times:-}" ] && echo "$times"
 echo "$p passed, $f failed"
 [ "$rc" -eq 0 ] && [ "$f" -eq 0 ] && [ "$p" -gt 0 ]
