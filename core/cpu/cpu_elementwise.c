@@ -6,6 +6,7 @@
 #include "cpu_vmath.h"
 #include "cpu_vpow.h"
 #include <math.h>
+#include <string.h>
 
 /* tanh and sigmoid in fp32, vectorised (cpu_vmath.h: within a few ulp of the correctly rounded value; they were
  * double tanh and exp, a libm call per element: 11x slower than torch's SiLU, the LSTM's gates 3x) */
@@ -94,11 +95,33 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
     }
 }
 
-/* a^s for any other finite s (cpu_vpow.h: double code that vectorises, the same bits as (float)pow((double)a, s) but
- * where the exact power lies within ~1e-13 relative of a tie between two floats), an AVX2 loop and an AVX-512 copy */
+/* a^s for any other finite s (cpu_vpow.h: double code that vectorises, the same bits as (float)pow((double)a, s)), an
+ * AVX2 loop and an AVX-512 copy. A block at a time, written through r so that d may be a: the vector loop, and in a
+ * block where it found a result near a tie (1 in ~10^4 results; the flags kept out of memory in the first loop,
+ * which an array of them slowed by half) the flags again and pow for those results. */
+#define POW_BLOCK 256
 static inline __attribute__((always_inline)) void pow_run256(const float *a, double s, float *d, int64_t n) {
     const bool s_int = s == floor(s), s_odd = s_int && fmod(s, 2.0) != 0.0;
-    EW_LOOP(fl_vp_pow(a[i], s, s_int, s_odd));
+    for (int64_t i0 = 0; i0 < n; i0 += POW_BLOCK) {
+        const int64_t m = n - i0 < POW_BLOCK ? n - i0 : POW_BLOCK;
+        const float *ab = a + i0;
+        float r[POW_BLOCK];
+        int any = 0;
+        _Pragma("omp simd reduction(|:any)")
+        for (int64_t i = 0; i < m; i++) {
+            int t;
+            r[i] = fl_vp_pow_fast(ab[i], s, s_int, s_odd, &t);
+            any |= t;
+        }
+        if (any) {
+            int tie[POW_BLOCK];
+            _Pragma("omp simd")
+            for (int64_t i = 0; i < m; i++) (void)fl_vp_pow_fast(ab[i], s, s_int, s_odd, &tie[i]);
+            for (int64_t i = 0; i < m; i++)
+                if (tie[i]) r[i] = (float)pow((double)ab[i], s);
+        }
+        memcpy(d + i0, r, (size_t)m * sizeof *d);
+    }
 }
 static void pow_run_256(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n); }
 FL_CPU_AVX512 static void pow_run_512(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n); }

@@ -1,8 +1,8 @@
 /* cpu_vpow.h — x^y for fp32 x and one finite double y (a tensor to the power of a number), evaluated in double in
  * code that `omp simd` loops vectorise (the loop called glibc's double pow once per element: x^3.5 was 4.1× torch).
  * log2|x| and 2^w are each good to a few double ulps, so x^y is one rounding to fp32 of a value within ~1e-13
- * relative of the exact one (an exact power of two exactly): the correctly rounded fp32 result but where the exact
- * value lies within that of a tie: on every 257th float for ten exponents, no result moved from
+ * relative of the exact one (an exact power of two exactly): the correctly rounded fp32 result, and where that value
+ * lies within 2^-38 of a tie (an exact power can be one) pow's, as before (fl_vp_near_tie): no result moved from
  * (float)pow((double)x, y)'s but NaNs' signs (below), and the worst error against powl was 0.5000 ulp (tests/c/test_vpow.c,
  * docs/performance.md "Single ops against PyTorch 2.15, a wider sweep (stop 95)"); torch's SLEEF powf is 1 ulp.
  * Every multiply-add an explicit fma, so the AVX2 and the AVX-512 copy of a loop give the same bits. The special
@@ -65,20 +65,41 @@ static inline __attribute__((always_inline)) double fl_vp_exp2(double w) {
     return p * two_k.d;
 }
 
-/* x^y for one finite nonzero y; y_int: y is an integer, y_odd: an odd one (both found once by the caller). */
-static inline __attribute__((always_inline)) float fl_vp_pow(float x, double y, bool y_int, bool y_odd) {
+/* Whether v, |x^y| in double before its rounding to fp32, may round to another float than the exact power does: v
+ * moved by 2^-38 of itself either way rounds to two floats (a tie between them lies that near; subnormal results and
+ * the overflow boundary included). v is within 2^-42 of the exact value: 2^-43.9 at worst on every 97th float for
+ * twenty exponents, y = -149 the worst, errors growing with |y·log2 x| ≤ 160. Without it an exact power that is a
+ * tie came out on either side: 0x1.e08p-31^2.5 = 62^5·2^-105, 25 bits, gave 0x1.b4d89ep-76 where pow and torch give
+ * 0x1.b4d8ap-76 (until stop 95's review). Floating-point compares: the 64-bit integer ones cost half the loop. */
+static inline __attribute__((always_inline)) int fl_vp_near_tie(double v) {
+    return (float)(v * (1.0 + 0x1p-38)) != (float)(v * (1.0 - 0x1p-38));
+}
+
+/* x^y for one finite nonzero y; y_int: y is an integer, y_odd: an odd one (both found once by the caller). *tie: the
+ * result is a value near a tie (fl_vp_near_tie), which the caller takes from (float)pow((double)x, y) instead. */
+static inline __attribute__((always_inline)) float fl_vp_pow_fast(float x, double y, bool y_int, bool y_odd,
+                                                                    int *tie) {
     const float a = fabsf(x);
     double e;
     const double l = fl_vp_log2(a, &e);       /* (garbage for a zero, infinite or NaN x: selected away below) */
     double w = fma(y, e, y * l);              /* y·log2|x|, y·e's product exact before the one rounding */
     w = w > -160.0 ? w : -160.0;
     w = w < 130.0 ? w : 130.0;
-    const float v = (float)fl_vp_exp2(w);     /* the one rounding to fp32: subnormals, overflow to inf */
+    const double vd = fl_vp_exp2(w);
+    const float v = (float)vd;                /* the one rounding to fp32: subnormals, overflow to inf */
     union { uint32_t u; float f; } dnan = { .u = 0xFFC00000u };   /* the NaN x86's invalid operations give, glibc's pow's */
     float r = x > 0.0f ? v : (y_int ? (y_odd ? -v : v) : dnan.f);
     const float edge = (a == 0.0f) == (y > 0.0) ? 0.0f : INFINITY;   /* 0^y, inf^y */
     r = a == 0.0f || a == INFINITY ? (y_odd && signbit(x) ? -edge : edge) : r;
+    *tie = fl_vp_near_tie(vd);   /* (never for a zero, infinite or NaN x: vd is then 2^±160 or 1) */
     return x != x ? x + x : r;   /* (a select of |x| for an odd y, glibc's sign, kept gcc from vectorising the loop) */
+}
+
+/* x^y, one element: fl_vp_pow_fast, or pow where that is near a tie (the scalar form of the op's loop) */
+static inline float fl_vp_pow(float x, double y, bool y_int, bool y_odd) {
+    int tie;
+    const float r = fl_vp_pow_fast(x, y, y_int, y_odd, &tie);
+    return tie ? (float)pow((double)x, y) : r;
 }
 
 #endif
