@@ -238,7 +238,8 @@ fl_status fl_logsumexp_raw(fl_tensor **out, fl_tensor **m, fl_tensor **s, const 
     bool all;
     FL_TRY(reduce_dim(a, "logsumexp", &dim, &all));
     if (a->shape[dim] == 0)
-        return FL_ERR(FL_EINVAL, "logsumexp: dim %d of tensor %s is empty (the caller gives -inf)", dim + 1, SHAPE(sa, a));
+        return FL_ERR(FL_EINVAL, "logsumexp: dim %d of tensor %s is empty (the caller gives -inf)", dim + 1,
+                      SHAPE(sa, a));
     const fl_device *dev;
     FL_TRY(get_device(a, "logsumexp", &dev));
     int64_t kshape[FL_MAX_DIMS];
