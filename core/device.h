@@ -37,6 +37,14 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * rounded once: the same, as rounding is monotone); a bound at ∓inf is none. NULL entry: the caller makes the \
      * two passes. */                                                                                              \
     X(clamp, (fl_tensor *dst, const fl_tensor *a, double lo, double hi))                                           \
+    /* reduce's sum of a·a (a contiguous, the layout reduce's), with the bits of binary's a·a then reduce's sum:    \
+     * each product rounded to a's dtype, then summed as reduce sums. NULL entry: the caller makes the two         \
+     * passes. */                                                                                                  \
+    X(sum_squares, (fl_tensor *dst, const fl_tensor *a, int dim))                                                  \
+    /* log Σ exp along dim (≥ 0) of fp32 a (contiguous; dst, m and s fp32 in reduce's keepdim layout): m = the      \
+     * largest value (0 where it is ±inf; NaN where one is), s = reduce's sum of exp(a - m), dst = log s + m, each   \
+     * step rounded as unary, binary and reduce round it. NULL entry: the caller makes those passes. */            \
+    X(logsumexp, (fl_tensor *dst, fl_tensor *m, fl_tensor *s, const fl_tensor *a, int dim))                        \
     /* dst[b] = a[b] x b[b] for 3-D inputs [B,M,K] x [B,K,N] (B may be 1; a or b may have batch                    \
      * stride 0 for broadcast). Each operand's batch entries are row-major (stride[2] == 1) or                     \
      * column-major, i.e. a transposed matrix (stride[1] == 1, stride[2] == rows); batch stride rows*cols          \

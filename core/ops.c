@@ -13,7 +13,7 @@ const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "m
                                        "eq", "ne", "lt", "le", "gt", "ge", "atan2", "fmod", "remainder" };
 const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign", "tanh", "sigmoid", "sin", "cos",
                                       "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1", "tan", "asin",
-                                      "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2" };
+                                      "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2", "rsqrt" };
 const char *const fl_redop_names[] = { "sum", "mean", "max", "min", "amax" };
 _Static_assert(sizeof fl_binop_names / sizeof *fl_binop_names == FL_BINOP_COUNT, "binop without a name");
 _Static_assert(sizeof fl_unop_names / sizeof *fl_unop_names == FL_UNOP_COUNT, "unop without a name");
@@ -170,16 +170,17 @@ static fl_status drop_dim(fl_tensor **r, const fl_tensor *a, int dim) {
     return st;
 }
 
-fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
+/* squares: the sum of a·a (device entry sum_squares; op is FL_OP_SUM) */
+static fl_status reduce_impl(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim, bool squares) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "unknown reduction %d", (int)op);
-    const char *name = fl_redop_names[op];
+    const char *name = squares ? "sum_squares" : fl_redop_names[op];
     FL_PROF_SCOPE(name); FL_PROF_SHAPES(a);
     char sa[200];
     FL_TRY(refuse_fp8(a, name));
     const fl_device *dev;
     FL_TRY(get_device(a, name, &dev));
-    FL_TRY(need_entry((const void *)dev->reduce, dev, name));
+    FL_TRY(need_entry(squares ? (const void *)dev->sum_squares : (const void *)dev->reduce, dev, name));
     bool all;
     FL_TRY(reduce_dim(a, name, &dim, &all));
     int64_t count = all ? fl_tensor_numel(a) : a->shape[dim];
@@ -192,12 +193,92 @@ fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int di
     fl_tensor *r = NULL, *c = NULL;
     fl_status st = fl_tensor_empty(&r, a->dtype, kn, kshape, a->device);
     if (st == FL_OK) st = fl_tensor_contiguous(&c, a);
-    if (st == FL_OK && fl_tensor_numel(r) > 0) st = dev->reduce(op, r, c, all ? -1 : dim);
+    if (st == FL_OK && fl_tensor_numel(r) > 0)
+        st = squares ? dev->sum_squares(r, c, all ? -1 : dim) : dev->reduce(op, r, c, all ? -1 : dim);
     fl_tensor_release(c);
     if (st == FL_OK && !all && !keepdim) st = drop_dim(&r, a, dim);
     if (st != FL_OK) { fl_tensor_release(r); return st; }
     *out = r;
     return FL_OK;
+}
+
+fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim) {
+    return reduce_impl(out, op, a, dim, keepdim, false);
+}
+
+/* logsumexp's passes as ops (a device without the entry): max, ±inf made 0 on the host, a - m, exp, sum, log, + m */
+static fl_status logsumexp_ops(fl_tensor *r, fl_tensor **m, fl_tensor **s, const fl_tensor *a, int dim) {
+    fl_tensor *mx = NULL, *h = NULL, *d = NULL, *e = NULL, *l = NULL, *t = NULL;
+    fl_status st = fl_reduce_raw(&mx, FL_OP_MAX, a, dim, true);
+    if (st == FL_OK) st = fl_tensor_to_device(&h, mx, FL_DEV_CPU);
+    if (st == FL_OK) {
+        float *hp = (float *)fl_tensor_data(h);
+        for (int64_t i = 0; i < fl_tensor_numel(h); i++) if (isinf(hp[i])) hp[i] = 0.0f;
+        st = fl_tensor_to_device(m, h, a->device);
+    }
+    if (st == FL_OK) st = fl_binary_raw(&d, FL_OP_SUB, a, *m);
+    if (st == FL_OK) st = fl_unary_raw(&e, FL_OP_EXP, d);
+    if (st == FL_OK) st = fl_reduce_raw(s, FL_OP_SUM, e, dim, true);
+    if (st == FL_OK) st = fl_unary_raw(&l, FL_OP_LOG, *s);
+    if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_ADD, l, *m);
+    if (st == FL_OK) st = fl_tensor_copy_(r, t);
+    fl_tensor *all[] = { mx, h, d, e, l, t };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fl_tensor_release(all[i]);
+    return st;
+}
+
+fl_status fl_logsumexp_raw(fl_tensor **out, fl_tensor **m, fl_tensor **s, const fl_tensor *a, int dim, bool keepdim) {
+    *out = NULL; *m = NULL; *s = NULL;
+    FL_PROF_SCOPE("logsumexp"); FL_PROF_SHAPES(a);
+    char sa[200];
+    if (a->dtype != FL_F32)
+        return FL_ERR(FL_EINVAL, "logsumexp: expected an fp32 tensor (bf16/fp16 are computed in fp32 first), got %s",
+                      fl_format(a->dtype)->name);
+    if (a->ndim == 0) return FL_ERR(FL_EINVAL, "logsumexp: expected a tensor of at least one dim, got a 0-d tensor");
+    bool all;
+    FL_TRY(reduce_dim(a, "logsumexp", &dim, &all));
+    if (a->shape[dim] == 0)
+        return FL_ERR(FL_EINVAL, "logsumexp: dim %d of tensor %s is empty (the caller gives -inf)", dim + 1,
+                      SHAPE(sa, a));
+    const fl_device *dev;
+    FL_TRY(get_device(a, "logsumexp", &dev));
+    int64_t kshape[FL_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) kshape[i] = i == dim ? 1 : a->shape[i];
+    fl_tensor *r = NULL, *c = NULL;
+    fl_status st = fl_tensor_empty(&r, FL_F32, a->ndim, kshape, a->device);
+    if (st == FL_OK) st = fl_tensor_contiguous(&c, a);
+    if (st == FL_OK && fl_tensor_numel(r) > 0) {
+        if (dev->logsumexp) {
+            st = fl_tensor_empty(m, FL_F32, a->ndim, kshape, a->device);
+            if (st == FL_OK) st = fl_tensor_empty(s, FL_F32, a->ndim, kshape, a->device);
+            if (st == FL_OK) st = dev->logsumexp(r, *m, *s, c, dim);
+        } else {
+            st = logsumexp_ops(r, m, s, c, dim);
+        }
+    } else if (st == FL_OK) {   /* nothing to reduce into: m and s empty too */
+        st = fl_tensor_empty(m, FL_F32, a->ndim, kshape, a->device);
+        if (st == FL_OK) st = fl_tensor_empty(s, FL_F32, a->ndim, kshape, a->device);
+    }
+    fl_tensor_release(c);
+    if (st == FL_OK && !keepdim) st = drop_dim(&r, a, dim);
+    if (st != FL_OK) {
+        fl_tensor_release(r); fl_tensor_release(*m); fl_tensor_release(*s);
+        *m = NULL; *s = NULL;
+        return st;
+    }
+    *out = r;
+    return FL_OK;
+}
+
+fl_status fl_sum_squares_raw(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim) {
+    *out = NULL;
+    const fl_device *dev = fl_device_get(a->device);
+    if (dev && dev->sum_squares) return reduce_impl(out, FL_OP_SUM, a, dim, keepdim, true);
+    fl_tensor *sq = NULL;   /* the device's two passes */
+    fl_status st = fl_binary_raw(&sq, FL_OP_MUL, a, a);
+    if (st == FL_OK) st = fl_reduce_raw(out, FL_OP_SUM, sq, dim, keepdim);
+    fl_tensor_release(sq);
+    return st;
 }
 
 /* argmax / argmin's rule (torch's): the first position of the largest (smallest) value, where -0 and +0 are equal,

@@ -26,11 +26,13 @@ typedef enum {
 static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
 /* sign: 1 for x > 0, -1 for x < 0, x itself for ±0 and NaN. tanh, sigmoid (1 / (1 + e^-x)), sin, cos, erf,
  * log1p, expm1, tan, asin, acos, atan, sinh, cosh, log2, log10 and exp2 are computed in double and rounded once.
- * floor, ceil, round (half to even, torch's) and trunc are exact; their gradient is 0. */
+ * floor, ceil, round (half to even, torch's) and trunc are exact; their gradient is 0. rsqrt is 1/√x as two
+ * fp32 roundings, the square root's then the division's (the bits of x:sqrt() then 1 / that), in one pass. */
 typedef enum {
     FL_OP_ABS = 0, FL_OP_NEG, FL_OP_EXP, FL_OP_LOG, FL_OP_SQRT, FL_OP_SIGN, FL_OP_TANH, FL_OP_SIGMOID,
     FL_OP_SIN, FL_OP_COS, FL_OP_FLOOR, FL_OP_CEIL, FL_OP_ROUND, FL_OP_TRUNC, FL_OP_ERF, FL_OP_LOG1P, FL_OP_EXPM1,
     FL_OP_TAN, FL_OP_ASIN, FL_OP_ACOS, FL_OP_ATAN, FL_OP_SINH, FL_OP_COSH, FL_OP_LOG2, FL_OP_LOG10, FL_OP_EXP2,
+    FL_OP_RSQRT,
     FL_UNOP_COUNT
 } fl_unop;
 /* floor, ceil, round, trunc: piecewise constant (a zero gradient, as torch's) */
@@ -66,6 +68,14 @@ fl_status fl_hypot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a);
 /* dim == FL_ALL_DIMS reduces everything to a 0-d tensor; negative dim counts from the end. */
 fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);
+/* Σ a² over everything (FL_ALL_DIMS) or along dim: the values and gradient (2·a·g) of fl_reduce's sum of a·a, bit for
+ * bit, in one pass on the CPU (the device entry sum_squares; elsewhere the two passes). Norm's sum of squares. */
+fl_status fl_sum_squares(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
+/* torch.logsumexp along one dim of an fp32 tensor (of at least one dim, the dim not empty): log Σ exp(a − m) + m, m
+ * the largest value along dim (0 where that is ±inf), with the bits of those ops one after another (max, a − m, exp,
+ * sum, log, + m), in two passes on the CPU (the device entry logsumexp). Differentiable: exp(a − m)·(g / s), the
+ * graph of those ops' gradient bit for bit (LogsumexpBackward keeps a, m and s). */
+fl_status fl_logsumexp(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
 /* Indices (0-based, as fp32: exact up to 2^24) of the largest (want_min: smallest) element along dim, or
  * the flat index over all elements when dim == FL_ALL_DIMS (a 0-d result). The first one wins a tie; a NaN
  * counts as the extreme (torch's rule). No history. Computed on the host: a tensor on another device is

@@ -8,6 +8,9 @@ fl_status fl_binary_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, const 
 fl_status fl_binary_scalar_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, double s, bool scalar_first);
 fl_status fl_unary_raw(fl_tensor **out, fl_unop op, const fl_tensor *a);
 fl_status fl_reduce_raw(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim);
+fl_status fl_sum_squares_raw(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
+/* fl_logsumexp's values, and its m (the shift) and s (Σ exp(a − m)) in the keepdim layout, for its node */
+fl_status fl_logsumexp_raw(fl_tensor **out, fl_tensor **m, fl_tensor **s, const fl_tensor *a, int dim, bool keepdim);
 /* Matmul with explicit compute dtype cdt (inputs converted to it when they differ; FL_DTYPE_COUNT:
  * the promotion of the inputs) and output dtype odt (FL_DTYPE_COUNT: cdt). Transposed views of
  * either operand are read in place. */

@@ -157,6 +157,7 @@ FL_HD float ew_unop(int op, float x) {
     case FL_OP_LOG2: return (float)log2((double)x);
     case FL_OP_LOG10: return (float)log10((double)x);
     case FL_OP_EXP2: return (float)exp2((double)x);
+    case FL_OP_RSQRT: return 1.0f / fl_fsqrt(x);   /* the CPU's two roundings (fl_fsqrt: IEEE's √) */
     default: return fl_fsqrt(x);
     }
 }

@@ -933,6 +933,7 @@ static int m_cosh(lua_State *L) { return unary(L, FL_OP_COSH); }
 static int m_log2(lua_State *L) { return unary(L, FL_OP_LOG2); }
 static int m_log10(lua_State *L) { return unary(L, FL_OP_LOG10); }
 static int m_exp2(lua_State *L) { return unary(L, FL_OP_EXP2); }
+static int m_rsqrt(lua_State *L) { return unary(L, FL_OP_RSQRT); }
 
 /* The arguments of a reduction method: (tensor [, dim [, keepdim]]); dim FL_ALL_DIMS when absent. */
 static fl_tensor *reduce_args(lua_State *L, int *dim, bool *keepdim, const char *fname) {
@@ -1009,6 +1010,29 @@ static int reduce(lua_State *L, fl_redop op) {
     return 1;
 }
 static int m_sum(lua_State *L) { reduce_arity(L, "sum"); return reduce(L, FL_OP_SUM); }
+/* x:_sum_squares([dim [, keepdim]]): (x * x):sum(dim, keepdim)'s values and gradient in one pass (core/ops.h's
+ * fl_sum_squares); one dim or none (lua/fp8/torch_forms.lua's norm checks the arguments) */
+/* x:_logsumexp(dim [, keepdim]): core/ops.h's fl_logsumexp, one dim of an fp32 tensor (lua/fp8/torch_forms.lua's
+ * logsumexp checks the arguments and keeps the other cases) */
+static int m_logsumexp(lua_State *L) {
+    reduce_arity(L, "logsumexp");
+    luaL_checkany(L, 2);
+    int dim;
+    bool keepdim;
+    fl_tensor *t = reduce_args(L, &dim, &keepdim, "logsumexp");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_logsumexp(slot, t, dim, keepdim));
+    return 1;
+}
+static int m_sum_squares(lua_State *L) {
+    reduce_arity(L, "sum_squares");
+    int dim;
+    bool keepdim;
+    fl_tensor *t = reduce_args(L, &dim, &keepdim, "sum_squares");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_sum_squares(slot, t, dim, keepdim));
+    return 1;
+}
 static int m_mean(lua_State *L) { reduce_arity(L, "mean"); return reduce(L, FL_OP_MEAN); }
 /* argmax([dim [, keepdim]]) / argmin: 0-based indices as fp32 (class labels compare with them directly);
  * without dim, the flat index over all elements. */
@@ -1423,8 +1447,9 @@ static const luaL_Reg methods[] = {
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid}, {"sin", m_sin}, {"cos", m_cos}, {"floor", m_floor}, {"ceil", m_ceil},
     {"round", m_round}, {"trunc", m_trunc}, {"erf", m_erf}, {"log1p", m_log1p}, {"expm1", m_expm1},
     {"tan", m_tan}, {"asin", m_asin}, {"acos", m_acos}, {"atan", m_atan}, {"sinh", m_sinh}, {"cosh", m_cosh},
-    {"log2", m_log2}, {"log10", m_log10}, {"exp2", m_exp2},
+    {"log2", m_log2}, {"log10", m_log10}, {"exp2", m_exp2}, {"_rsqrt", m_rsqrt},
     {"sum", m_sum}, {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"amax", m_amax},
+    {"_sum_squares", m_sum_squares}, {"_logsumexp", m_logsumexp},
     {"sort", m_sort}, {"argsort", m_argsort}, {"topk", m_topk}, {"multinomial", m_multinomial}, {"cumsum", m_cumsum}, {"_flip", m_flip_raw}, {"_triangle", m_triangle_raw},
     {"gather", m_gather}, {"scatter", m_scatter}, {"scatter_add", m_scatter_add}, {"_index_select", m_index_select},
     {"argmax", m_argmax}, {"argmin", m_argmin},

@@ -48,6 +48,8 @@ static inline __attribute__((always_inline)) float log_plain_part(float x) { ret
 BLOCK_MAP(exp_blocks, fl_vm_exp_plain, fl_vm_exp_normal, fl_vm_exp)
 BLOCK_MAP(log_blocks, fl_vm_log_plain, log_plain_part, fl_vm_log)
 
+void fl_cpu_map_exp(const float *x, float *y, int64_t n) { map_exp_blocks(x, y, n, fl_cpu_avx512()); }
+
 /* The scalar definitions of the ops that are not one IEEE operation (kernels/elementwise.cu has the same). */
 /* Written as selects, without an early return, so that `omp simd` loops vectorise them (with the return, clamp's
  * maximum and minimum ran a float at a time: 3.4× torch's clamp). */
@@ -221,6 +223,9 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     case FL_OP_LOG10: for (int64_t i = 0; i < n; i++) d[i] = (float)log10((double)a[i]); break;
     case FL_OP_EXP2: for (int64_t i = 0; i < n; i++) d[i] = (float)exp2((double)a[i]); break;
     case FL_OP_SQRT: for (int64_t i = 0; i < n; i++) d[i] = sqrtf(a[i]); break;
+    /* 1/√x rounded twice, as the two ops it was (√x, then 1 / that: the same bits), in one pass: the two passes
+     * were 2.6× torch's rsqrt */
+    case FL_OP_RSQRT: for (int64_t i = 0; i < n; i++) d[i] = 1.0f / sqrtf(a[i]); break;
     default: break;   /* fl_unary_raw checks the op */
     }
 }

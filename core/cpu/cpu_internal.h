@@ -192,6 +192,9 @@ bool fl_cpu_fma_mm_first(void);
 #define FL_CPU_SUM_ROWS 256
 
 /* Split a contiguous tensor around `axis` into [outer, size, inner]. */
+/* y = e^x, unary's exp (y may be x) */
+void fl_cpu_map_exp(const float *x, float *y, int64_t n);
+
 static inline void fl_cpu_split_axis(const fl_tensor *t, int axis, int64_t *outer, int64_t *size, int64_t *inner) {
     *outer = 1; *inner = 1; *size = t->shape[axis];
     for (int i = 0; i < axis; i++) *outer *= t->shape[i];

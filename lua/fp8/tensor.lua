@@ -1012,15 +1012,16 @@ function Tensor.split(t, size, dim, ...)
   return pieces(t, sizes, dim)
 end
 
--- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; made of mul, sqrt, div).
+-- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; square and reciprocal made of mul and div;
+-- rsqrt core/ops.h's FL_OP_RSQRT, the bits of 1 / x:sqrt() in one pass, its gradient torch's -0.5·g·y³).
 function Tensor.square(t, ...)
   check_not_fp8("square", check_self("square", t)); no_more("square", "no arguments", ...); return t * t
 end
 function Tensor.rsqrt(t, ...)
   local dt = check_self("rsqrt", t); no_more("rsqrt", "no arguments", ...); check_not_fp8("rsqrt", dt)
   -- bf16/fp16: in fp32, rounded once (torch's); the root rounded to bf16 first made 3 results in 10 one ulp off
-  if dt == "bf16" or dt == "fp16" then return (1 / t:to("fp32"):sqrt()):to(dt) end
-  return 1 / t:sqrt()
+  if dt == "bf16" or dt == "fp16" then return t:to("fp32"):_rsqrt():to(dt) end
+  return t:_rsqrt()
 end
 function Tensor.reciprocal(t, ...)
   check_not_fp8("reciprocal", check_self("reciprocal", t)); no_more("reciprocal", "no arguments", ...)

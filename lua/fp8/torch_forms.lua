@@ -30,6 +30,8 @@ local function check_keepdim(who, keepdim) T._check_keepdim(who, keepdim, 5) end
 
 local function each_dim(dim) return type(dim) == "table" and dim or { dim } end
 
+local function fp32_back(r, x, t, dt) if x ~= t then return r:to(dt) end return r end
+
 -- logsumexp(dim [, keepdim]): log Σ exp(x) along dim (or a list of dims), shifted by the largest value first as
 -- torch's (an infinite largest value shifts by 0); the gradient is softmax(x)·g. bf16/fp16 inputs are computed in
 -- fp32 and rounded once.
@@ -46,6 +48,9 @@ Tensor.logsumexp = at_caller(function(t, dim, keepdim, ...)
     local shape = t:shape()
     for _, d in ipairs(each_dim(dim)) do shape[d] = 1 end
     r = T._full_in_graph(x, shape, -math.huge)
+  elseif type(dim) ~= "table" and t:dim() > 0 then
+    -- one dim: core/ops.h's fl_logsumexp, the bits of the ops below (and of their gradient) in two passes
+    return fp32_back(x:_logsumexp(dim, keepdim == true), x, t, dt)
   else
     local m = x:detach()
     for _, d in ipairs(each_dim(dim)) do m = m:max(d, true) end
@@ -78,7 +83,9 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   if p == 1 then r = x:abs():sum(dim, keepdim)
   elseif p == math.huge then r = x:amax(dim, keepdim)
   else
-    local s = (x * x):sum(dim, keepdim)
+    -- Σx² in one pass (core/ops.h's fl_sum_squares: (x * x):sum(dim, keepdim)'s bits and gradient; over a list of
+    -- dims, those two)
+    local s = type(dim) == "table" and (x * x):sum(dim, keepdim) or x:_sum_squares(dim, keepdim)
     local z = s:eq(0)             -- no history: sqrt(s + 1) - 1 is 0 there with a zero gradient; elsewhere s's root
     r = (s + z):sqrt() - z
   end

@@ -219,6 +219,7 @@ static void f64_unary(const double *const *in, double *o) {
         case FL_OP_LOG2: o[j] = log2(x); break;
         case FL_OP_LOG10: o[j] = log10(x); break;
         case FL_OP_EXP2: o[j] = exp2(x); break;
+        case FL_OP_RSQRT: o[j] = 1.0 / sqrt(x); break;
         default: o[j] = sqrt(x); break;
         }
     }
@@ -498,7 +499,8 @@ TEST(gradcheck_comparisons_and_pow_edges) {
 TEST(gradcheck_unary) {
     for (int op = 0; op < FL_UNOP_COUNT; op++) {
         gc_case c = { fl_unop_names[op], 1, { 2 }, { { 3, 5 } }, { true },
-                      op == FL_OP_LOG || op == FL_OP_SQRT || op == FL_OP_LOG1P || op == FL_OP_LOG2 || op == FL_OP_LOG10
+                      op == FL_OP_LOG || op == FL_OP_SQRT || op == FL_OP_LOG1P || op == FL_OP_LOG2 || op == FL_OP_LOG10 ||
+                              op == FL_OP_RSQRT
                           ? init_pos
                       : op == FL_OP_TAN || op == FL_OP_ASIN || op == FL_OP_ACOS ? init_unit
                       : fl_unop_is_rounding((fl_unop)op) ? init_steps : NULL, f32_unary, f64_unary, op };
