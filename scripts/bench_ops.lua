@@ -30,6 +30,9 @@ local group = argv[2] or "all"
 if not GROUPS[group] then fail(("bench_ops.lua: GROUP must be resample, embedding_bag, transformer, transpose, sweep or all, "
   .. "got '%s'\n%s"):format(group, USAGE)) end
 local filter = argv[3]
+if filter and group ~= "sweep" then   -- (the other groups have no rows to pick: taken and ignored before)
+  fail(("bench_ops.lua: FILTER picks rows of the sweep group only, got GROUP '%s'\n%s"):format(group, USAGE))
+end
 local now = require("fp8._data").clock   -- wall-clock seconds, monotonic
 local F, nn = fp8.nn.F, fp8.nn
 

@@ -19,6 +19,8 @@ if group not in ("resample", "embedding_bag", "transformer", "transpose", "sweep
     sys.exit("bench_ops_torch.py: GROUP must be resample, embedding_bag, transformer, transpose, sweep or all, got %r\n%s"
              % (group, USAGE))
 filt = args[2] if len(args) > 2 else None
+if filt is not None and group != "sweep":   # (the other groups have no rows to pick)
+    sys.exit("bench_ops_torch.py: FILTER picks rows of the sweep group only, got GROUP %r\n%s" % (group, USAGE))
 
 import torch   # (after the arguments: a refusal needs no torch)
 import torch.nn.functional as F

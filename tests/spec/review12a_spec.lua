@@ -138,3 +138,24 @@ describe("fp8.utils.set_seed", function()
     assert.is_table(fp8.utils.checkpoint)
   end)
 end)
+
+describe("a ReduceLROnPlateau is known as one by a second copy of the scheduler module", function()
+  -- busted's insulation drops a module that a spec file loaded: a later `require` inside acc:load_state loaded a
+  -- second copy, whose Plateau class was another table, and load_state compared no settings (CI of 33ab5f8a:
+  -- review12a's case above failed after review10b's file ran)
+  it("by its class's mark, not its identity", function()
+    local saved = package.loaded["fp8.optim.lr_scheduler"]
+    package.loaded["fp8.optim.lr_scheduler"] = nil
+    local ok, S2 = pcall(require, "fp8.optim.lr_scheduler")
+    package.loaded["fp8.optim.lr_scheduler"] = saved
+    assert.is_true(ok, tostring(S2))
+    assert.are_not.equal(S, S2)
+    local opt = fp8.optim.SGD({ fp8.zeros(2):requires_grad(true) }, { lr = 0.1 })
+    local p = S.ReduceLROnPlateau(opt, { factor = 0.5 })
+    assert.is_true(S2._is_plateau(p))
+    assert.is_false(S2._is_plateau(S.StepLR(fp8.optim.SGD({ fp8.zeros(2):requires_grad(true) }, { lr = 0.1 }), 3)))
+    local sd = p:state_dict()
+    sd.settings.factor = 0.1
+    assert.truthy(S2._other_schedule(p, sd):find("factor was 0.1, this one's is 0.5", 1, true))
+  end)
+end)

@@ -1161,6 +1161,7 @@ end
 -- and its settings, which a load compares (below).
 Plateau.__index = Plateau
 Plateau.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' entry
+Plateau._plateau_class = true            -- M._is_plateau's mark
 local PLATEAU_KEYS = { "mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps" }
 function M.ReduceLROnPlateau(opt, opts, ...)
   local N = "ReduceLROnPlateau"
@@ -1553,10 +1554,14 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   return sched
 end
 
--- Whether v (a scheduler, or a prepared one) is a ReduceLROnPlateau, whose load_state_dict takes the state alone, as
--- torch's (the closed forms' take (sd [, strict])): acc:load_state's test (internal).
+-- Whether v (a scheduler, or a prepared one) is a ReduceLROnPlateau, whose settings are compared by _plateau_other
+-- rather than by a schedule function: _other_schedule's test (internal). By the class's mark, not by its identity: a
+-- caller that requires this module anew after package.loaded lost it (busted's insulation between spec files does
+-- that) gets a second Plateau class, and an identity test then took a plateau for a closed form and compared nothing.
 function M._is_plateau(v)
-  return type(v) == "table" and getmetatable(rawget(v, "scheduler") or v) == Plateau
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(rawget(v, "scheduler") or v)
+  return type(mt) == "table" and rawget(mt, "_plateau_class") == true
 end
 
 -- Whether v is a scheduler of this module (one of either class, or a prepared one, whose fields are its scheduler's):
