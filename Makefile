@@ -173,10 +173,15 @@ $(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STA
 # build is a second make, so its probes see them (this make's probes ran before the install).
 # The benchmark programs are built too (not run), so that one that no longer links fails here, not in `make bench`.
 BENCH_C := $(BUILD)/bench_quantize $(BUILD)/bench_attn $(BUILD)/bench_fp8_gemm $(BUILD)/bench_peak $(BUILD)/bench_passes
+# make test samples every 61st fp32 pattern in the casts' exhaustive tests (FL_TEST_QUICK=1: ~70 M of the 2^32; all
+# of them were most of the C tests' time); make test-exhaustive runs all of them, as CI does (.ci/run).
 test: deps
 	@bash scripts/install-deps.sh test
 	@$(MAKE) --no-print-directory all $(BUILD)/test_core $(BENCH_C)
-	@bash scripts/run-tests.sh $(BUILD)
+	@FL_TEST_QUICK=1 bash scripts/run-tests.sh $(BUILD)
+
+test-exhaustive: $(BUILD)/test_core
+	FL_TEST_QUICK=0 $(BUILD)/test_core format_exhaustive
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -211,7 +216,7 @@ clean:
 	rm -rf '$(BUILD)' build-san
 
 help:
-	@echo "make [all] | deps | test | test-c | test-lua | test-gpu | demo | tour | bench | bench-gpu | sanitize | analyze | fuzz"
+	@echo "make [all] | deps | test | test-exhaustive | test-c | test-lua | test-gpu | demo | tour | bench | bench-gpu | sanitize | analyze | fuzz"
 	@echo "     | man | install | uninstall | clean | probes | cflags"
 	@echo "  (BUILD=build; CUDA=auto|0|1, MPI=auto|0|1, NCCL=auto|0|1, CUBLASLT=auto|0|1; FUZZ_TIME=60; PREFIX=/usr/local DESTDIR=)"
 
