@@ -237,6 +237,8 @@ fl_status fl_logsumexp_raw(fl_tensor **out, fl_tensor **m, fl_tensor **s, const 
     if (a->ndim == 0) return FL_ERR(FL_EINVAL, "logsumexp: expected a tensor of at least one dim, got a 0-d tensor");
     bool all;
     FL_TRY(reduce_dim(a, "logsumexp", &dim, &all));
+    /* one dim only: FL_ALL_DIMS (reduce_dim takes it for the reductions over everything) would index shape[-1000] */
+    if (all) return FL_ERR(FL_EINVAL, "logsumexp: expected one dim, got none (FL_ALL_DIMS); reduce a flattened tensor");
     if (a->shape[dim] == 0)
         return FL_ERR(FL_EINVAL, "logsumexp: dim %d of tensor %s is empty (the caller gives -inf)", dim + 1,
                       SHAPE(sa, a));

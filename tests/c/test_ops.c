@@ -605,3 +605,19 @@ TEST(pow_scalar_shortcuts) {
     fl_tensor_release(t);
     free(x);
 }
+
+/* fl_logsumexp reduces one dim: FL_ALL_DIMS is refused (it read shape[-1000] before 2026-12-06, the API sweep's seed 104
+ * under UBSan, reached from Lua as x:_logsumexp(nil)), as are a dim out of range and a 0-d tensor */
+TEST(logsumexp_refuses_all_dims) {
+    int64_t s[2] = { 2, 3 };
+    fl_tensor *a = randt(2, s, FL_F32, 7), *r = NULL, *z = NULL;
+    CHECK(fl_logsumexp(&r, a, FL_ALL_DIMS, false) == FL_EINVAL && strstr(fl_last_error(), "expected one dim"), "%s",
+          fl_last_error());
+    CHECK(r == NULL, "no result on a refusal");
+    CHECK(fl_logsumexp(&r, a, 2, false) == FL_EINVAL && strstr(fl_last_error(), "out of range"), "%s", fl_last_error());
+    REQUIRE_OK(fl_tensor_full(&z, FL_F32, 0, NULL, 1.0, a->device));
+    CHECK(fl_logsumexp(&r, z, FL_ALL_DIMS, false) == FL_EINVAL, "0-d refused");
+    REQUIRE_OK(fl_logsumexp(&r, a, -1, false));
+    CHECK(r->ndim == 1 && r->shape[0] == 2, "one dim reduced");
+    fl_tensor_release(r); fl_tensor_release(z); fl_tensor_release(a);
+}
