@@ -23,6 +23,8 @@ local function write(name, t, v) return t:_write_(v, name) end
 -- without a word (until stop 95 it was: w.grad stayed nil). Refused, as a write to an x in a graph is; under
 -- fp8.no_grad (an optimizer's or an EMA's update) it is taken. `level` is the error's level, as error's.
 local function check_operand(name, what, v, level)
+  -- a released one is named by the method (v:requires_grad() would name itself: "calling 'requires_grad' on bad self")
+  if core.is_tensor(v) then check_live(name, what, v, level + 1) end
   if core.is_tensor(v) and v:requires_grad() and core.is_grad_enabled() then
     error(("%s: %s %s, and the write in place records nothing for autograd (torch records it, and the gradient "
       .. "reaches %s): its gradient would be lost; compute out of place (y = x:%s(...)), or write under "

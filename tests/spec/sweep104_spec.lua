@@ -18,3 +18,24 @@ describe("x:_logsumexp without a dim", function()
     assert.are.equal(x:logsumexp(2):tolist()[1], r:tolist()[1])
   end)
 end)
+
+describe("an in-place method's released operand", function()
+  -- the check for an operand that requires grad called v:requires_grad() on it first, whose own refusal named
+  -- requires_grad ("calling 'requires_grad' on bad self"), not the method the user called
+  local function freed(v) v:free(); return v end
+  it("is named by the method and the argument", function()
+    local cases = {
+      { "clamp_", "min", function() return fp8.tensor { 1, 2, 3 }:clamp_(freed(fp8.tensor { 2 })) end },
+      { "clamp_", "min", function() return fp8.tensor { 1, 2, 3 }:clamp_ { min = freed(fp8.tensor { 2 }) } end },
+      { "clamp_", "max", function() return fp8.tensor { 1, 2, 3 }:clamp_(0, freed(fp8.tensor { 2 })) end },
+      { "masked_fill_", "value", function()
+        return fp8.tensor { 1, 2, 3 }:masked_fill_(fp8.tensor { 1, 0, 1 }:gt(0), freed(fp8.tensor(2)))
+      end },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[3])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[1] .. ": " .. c[2] .. " has been released", 1, true), err)
+    end
+  end)
+end)
