@@ -5,10 +5,12 @@
 -- function is swept the day it is added. docs/robustness.md describes it.
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
---                [--timeout S] [--jobs N] [--list] [--messages] [--verbose] [--gc-stress] [--leaks]
+--                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
 --   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
---   --list      print the enumerated entries and exit
+--   --list      print the enumerated entries (and the kinds of object, with the source that builds each) and exit
+--   --filter P  only the entries whose label (as --list prints it) matches the Lua pattern P (given more than once:
+--               any of them), every form and value of each: a whole sweep of what a change touched
 --   --messages  also list calls whose error message names neither the function nor the argument
 --   --gc-stress the children run Lua's collector in generational mode with the smallest minor step,
 --               so collections happen inside C functions (finds C code that keeps a pointer into a
@@ -22,7 +24,7 @@ local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
 local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, list = false,
-              messages = false, verbose = false, child = nil, ["gc-stress"] = false, leaks = false }
+              messages = false, verbose = false, child = nil, ["gc-stress"] = false, leaks = false, filter = {} }
 do
   local i = 1
   while arg and arg[i] do
@@ -32,6 +34,8 @@ do
     elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" then
       opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
     elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
+    elseif k == "filter" then
+      opt.filter[#opt.filter + 1] = arg[i + 1] or error("--filter needs a Lua pattern"); i = i + 1
     else error("api_sweep: unknown argument " .. tostring(a)) end
     i = i + 1
   end
@@ -276,6 +280,61 @@ local function enumerate()
     local ok, v = pcall(f)
     if ok then add_inst(src, v) elseif opt.verbose then io.stderr:write("seed skipped: ", src, ": ", tostring(v), "\n") end
   end
+  -- kinds made by a constructor no seed calls (a class defined local to its file, as ReduceLROnPlateau's, whose
+  -- methods no table walked above holds): every CamelCase function entry (a class, by the house's naming) is called
+  -- with each of a few ordinary argument lists, and its first result of a new kind whose methods reach a function
+  -- not reached yet is added, so such a class is swept the day it is added, without a seed written for it
+  local reached = {}
+  for _, inst in ipairs(insts) do
+    local mt = getmetatable(inst.value)
+    local idx = type(mt) == "table" and rawget(mt, "__index")
+    for _, t in ipairs { type(inst.value) == "table" and inst.value or false, type(idx) == "table" and idx or false } do
+      if t then for _, v in pairs(t) do if type(v) == "function" then reached[v] = true end end end
+    end
+  end
+  local function new_methods(v)
+    local mt = getmetatable(v)
+    local idx = type(mt) == "table" and rawget(mt, "__index")
+    if type(idx) ~= "table" or inst_by_mt[mt] then return false end
+    for k, f in pairs(idx) do
+      if type(k) == "string" and not k:match("^_") and type(f) == "function" and not reached[f] and not seen_fn[f] then
+        return true
+      end
+    end
+    return false
+  end
+  -- The parent probes (in its sandbox directory, below: a constructor may write files, SummaryWriter() its runs/)
+  -- and hands the children what it found (FP8LAB_SWEEP_PROBED), so each child builds only those.
+  local probed = {}
+  local probe_env = setmetatable({ fp8 = fp8 }, { __index = _G })
+  local given = os.getenv("FP8LAB_SWEEP_PROBED")
+  if given then
+    for src in given:gmatch("[^\n]+") do
+      local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
+      if ok then add_inst(src, v) end
+      probed[#probed + 1] = src
+    end
+  else
+    local OPT = "fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), {lr = 0.1})"
+    local CTOR_ARGS = { "", "{}", OPT, OPT .. ", {}", "fp8.nn.Linear(3, 2)", "3", "3, 2" }
+    local n_entries = #entries
+    for i = 1, n_entries do
+      local e = entries[i]
+      local last = e.kind == "func" and e.expr:match("%.([%w_]+)$")
+      if last and last:match("^%u%l") and not SLOW[e.expr] and not e.expr:find("._", 1, true) then
+        for _, a in ipairs(CTOR_ARGS) do
+          local src = e.expr .. "(" .. a .. ")"
+          local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
+          if ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v) then
+            add_inst(src, v)
+            probed[#probed + 1] = src
+            for _, f in pairs(rawget(getmetatable(v), "__index")) do if type(f) == "function" then reached[f] = true end end
+            break
+          end
+        end
+      end
+    end
+  end
   -- kinds reachable as fields of the seeds (grad_fn, param groups, parameters, ...) are added too
   local n0 = #insts
   for i = 1, n0 do
@@ -336,7 +395,7 @@ local function enumerate()
       if rawget(mt, k) == nil then entries[#entries + 1] = { kind = "op", inst = ii, name = k } end
     end
   end
-  return entries, insts
+  return entries, insts, probed
 end
 
 -- ---- calls ----------------------------------------------------------------------------------
@@ -514,14 +573,14 @@ local function run_child(tmp, plan, tag, budget)
   local f = assert(io.open(planf, "w"))
   for _, c in ipairs(plan) do f:write(c[1], " ", c[2], " ", c[3], " ", c[4], "\n") end
   f:close()
-  local root = os.getenv("PWD") or "."
+  local root = os.getenv("FP8LAB_SWEEP_ROOT") or os.getenv("PWD") or "."
   -- ulimit -v makes over-large allocations fail fast (ASan reserves address space, so instead its
   -- allocator returns NULL above max_allocation_size_mb there)
   local lim = SAN and "" or "ulimit -v 6000000; "
   local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=plain ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=%d:abort_on_error=0 "
     .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
     .. "timeout -s KILL %d %s %s --child %s --timeout %s%s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
-    :format(sh(dir), lim, sh(dir), opt.leaks and 1 or 0, sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(root .. "/" .. SELF),
+    :format(sh(dir), lim, sh(dir), opt.leaks and 1 or 0, sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(SELF:sub(1, 1) == "/" and SELF or root .. "/" .. SELF),
             sh(planf .. "," .. progf), tostring(opt.timeout), opt["gc-stress"] and " --gc-stress" or "", sh(dir .. "/stderr"), sh(progf))
   os.execute(cmd)
   local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr", 1 << 20) }
@@ -569,10 +628,12 @@ local function parent()
   local tmp = os.tmpname(); os.remove(tmp); os.execute("mkdir -p " .. sh(tmp .. "/data"))
   write_idx(tmp .. "/data")
   require("fp8.config").sys.setenv("FP8LAB_SWEEP_DATA", tmp .. "/data")
-  local entries, insts = enumerate()
+  local entries, insts, probed = enumerate()
   require("fp8.config").sys.setenv("FP8LAB_SWEEP_ENTRIES", tostring(#entries))
+  require("fp8.config").sys.setenv("FP8LAB_SWEEP_PROBED", table.concat(probed, "\n"))
   if opt.list then
     for i, e in ipairs(entries) do print(i, e.kind, entry_label(e, insts)) end
+    for i, inst in ipairs(insts) do print("kind", i, inst.name, inst.src) end
     print(("%d entries over %d kinds of object"):format(#entries, #insts))
     return 0
   end
@@ -582,6 +643,14 @@ local function parent()
     for fi = 1, #forms(e) do
       for vi = 1, #VALUES do calls[#calls + 1] = { #calls + 1, ei, fi, vi } end
     end
+  end
+  if #opt.filter > 0 then
+    local keep = {}
+    for _, c in ipairs(calls) do
+      local label = entry_label(entries[c[2]], insts)
+      for _, p in ipairs(opt.filter) do if label:find(p) then keep[#keep + 1] = c; break end end
+    end
+    calls = keep
   end
   local total = #calls
   if opt.quick and opt.calls < #calls then
@@ -732,5 +801,23 @@ local function parent()
 end
 
 if opt.child then return child(opt.child) end
+if not os.getenv("FP8LAB_SWEEP_SANDBOX") then
+  -- The parent runs in a fresh directory with HOME there, as the children do: what it builds to enumerate the API (a
+  -- probed constructor's object: SummaryWriter() makes its runs/ where it runs) leaves nothing in the tree. The
+  -- module list is read here, in the tree; paths are made absolute.
+  local root = os.getenv("PWD") or "."
+  local function abs(p) return p:sub(1, 1) == "/" and p or root .. "/" .. p end
+  local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. sh(dir))
+  local args = {}
+  for i = 1, #arg do args[#args + 1] = sh(arg[i]) end
+  local lua_dir = os.getenv("FP8LAB_LUA_DIR")
+  local ok, _, code = os.execute(("cd %s && HOME=%s FP8LAB_SWEEP_SANDBOX=1 FP8LAB_SWEEP_ROOT=%s FP8LAB_SWEEP_MODULES=%s "
+    .. "FP8LAB_EXE=%s %s%s %s %s"):format(sh(dir), sh(dir), sh(root), sh(table.concat(module_names(), " ")),
+    sh(abs(EXE)), lua_dir and ("FP8LAB_LUA_DIR=" .. sh(abs(lua_dir)) .. " ") or "", sh(abs(EXE)), sh(abs(SELF)),
+    table.concat(args, " ")))
+  os.execute("rm -rf " .. sh(dir))
+  if not ok then os.exit(code == 0 and 1 or code) end
+  return
+end
 local rc = parent()
 if rc ~= 0 then error("api_sweep: crashes or hangs found", 0) end
