@@ -39,3 +39,35 @@ describe("an in-place method's released operand", function()
     end
   end)
 end)
+
+describe("ReduceLROnPlateau's comparison", function()
+  -- the class is local to its file and no seed built one, so the sweep never reached its methods until stop 96's
+  -- enumeration; its is_better(a) then compared a hostile a with Lua's own error and dropped a best given as torch's
+  -- _is_better(a, best) takes it
+  local function plateau(opts)
+    return fp8.optim.lr_scheduler.ReduceLROnPlateau(fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), { lr = 0.1 }), opts)
+  end
+  it("is torch 2.15's _is_better(a, best), and refuses what is not a number by name", function()
+    local s = plateau()
+    assert.is_nil(s.is_better)
+    assert.is_true(s:_is_better(1.0, 2.0))
+    assert.is_false(s:_is_better(2.0, 1.0))   -- the best given is the one compared, not the scheduler's (inf)
+    assert.is_false(s:_is_better(0 / 0, 1.0))
+    assert.is_true(plateau { mode = "max", threshold_mode = "abs", threshold = 0.5 }:_is_better(2.0, 1.0))
+    assert.is_false(plateau { mode = "max", threshold_mode = "abs", threshold = 0.5 }:_is_better(1.4, 1.0))
+    for _, bad in ipairs { {}, "x", true, fp8.ones { 2, 3 } } do
+      local ok, err = pcall(function() return s:_is_better(bad, 1.0) end)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("ReduceLROnPlateau:_is_better: a must be a number", 1, true), err)
+    end
+    local ok, err = pcall(function() return s:_is_better(1.0) end)
+    assert.truthy(not ok and tostring(err):find("best must be a number", 1, true), err)
+    ok, err = pcall(function() return s:_is_better(1.0, 2.0, 3.0) end)
+    assert.is_false(ok)
+  end)
+  it("still steps as before (patience 1, factor 0.5)", function()
+    local s = plateau { patience = 1, factor = 0.5 }
+    for _, m in ipairs { 1.0, 1.0, 1.0 } do s:step(m) end
+    assert.are.equal(0.05, s:get_last_lr()[1])
+  end)
+end)

@@ -1216,8 +1216,17 @@ function M.ReduceLROnPlateau(opt, opts, ...)
   return self
 end
 
-function Plateau:is_better(a)
-  local best, th = self.best, self.threshold
+-- _is_better(a, best): torch 2.15's ReduceLROnPlateau._is_better, whether metric a improves on best by the threshold.
+-- Until stop 96 it was a public is_better(a), torch's name before 2.2, which took the best from the scheduler (a best
+-- given as torch passes it was dropped) and compared a hostile a with Lua's own "attempt to compare table with number".
+function Plateau:_is_better(a, best, ...)
+  no_more("ReduceLROnPlateau:_is_better", "(a, best)", ...)
+  for _, v in ipairs { { "a", a }, { "best", best } } do
+    if type(v[2]) ~= "number" then
+      error(("ReduceLROnPlateau:_is_better: %s must be a number (a metric), got %s"):format(v[1], O.got(v[2])), 2)
+    end
+  end
+  local th = self.threshold
   if self.mode == "min" then
     return self.threshold_mode == "rel" and a < best * (1 - th) or self.threshold_mode == "abs" and a < best - th
   end
@@ -1245,7 +1254,7 @@ function Plateau:step(metric)
   end
   local before = { self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter }
   self.last_epoch = self.last_epoch + 1
-  if self:is_better(metric) then   -- a NaN metric is never better (torch's comparisons)
+  if self:_is_better(metric, self.best) then   -- a NaN metric is never better (torch's comparisons)
     self.best, self.num_bad_epochs = metric, 0
   else
     self.num_bad_epochs = self.num_bad_epochs + 1
