@@ -71,3 +71,29 @@ describe("ReduceLROnPlateau's comparison", function()
     assert.are.equal(0.05, s:get_last_lr()[1])
   end)
 end)
+
+describe("get_total_norm's released entry", function()
+  -- refused by the sum in C, whose message named its internal entry and the library's line ("lua/fp8/nn/utils.lua:52:
+  -- sumsq: element 2 of the list: a tensor has been released")
+  it("is named by get_total_norm, with its place in the list", function()
+    local t = fp8.tensor { 3 }
+    t:free()
+    local ok, err = pcall(fp8.nn.utils.get_total_norm, { fp8.tensor { 3, 4 }, t })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("^get_total_norm: entry 2 has been released"), err)
+    assert.are.equal(5, fp8.nn.utils.get_total_norm { fp8.tensor { 3, 4 } })
+  end)
+  -- clip_grad_norm_ and the others read a released parameter's .grad: "lua/fp8/nn/utils.lua:79: bad argument #1 to
+  -- 'index' (tensor has been released (freed or closed))"
+  it("and a released parameter are named by the function called", function()
+    for _, c in ipairs { { "clip_grad_norm_", 1.0 }, { "clip_grad_value_", 1.0 }, { "clip_grads_with_norm_", 1.0, 5.0 } } do
+      local name = c[1]
+      local p = fp8.tensor { 3, 4 }:requires_grad(true)
+      local q = fp8.tensor { 1 }:requires_grad(true)
+      q:free()
+      local ok, err = pcall(fp8.nn.utils[name], { p, q }, table.unpack(c, 2))
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("^" .. name .. ": parameter 2 has been released"), err)
+    end
+  end)
+end)

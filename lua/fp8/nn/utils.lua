@@ -10,7 +10,7 @@ local function param_list(params, fname)
   if type(params) == "table" and params.parameters and type(params.parameters) == "function" then
     return params:parameters()
   end
-  if fp8.is_tensor(params) then return { params } end
+  if fp8.is_tensor(params) then params = { params } end
   if type(params) ~= "table" then
     error(("%s: expected a list of tensors or a Module, got %s"):format(fname, type(params)), 3)
   end
@@ -22,6 +22,12 @@ local function param_list(params, fname)
       out[#out + 1] = p
     else
       error(("%s: entry %d must be a tensor, got %s"):format(fname, i, type(p)), 3)
+    end
+  end
+  -- a released one is named here: reading its .grad raised "bad argument #1 to 'index'" at this file's line
+  for i, p in ipairs(out) do
+    if fp8._live_dtype(p) == false then
+      error(("%s: parameter %d has been released (freed or closed)"):format(fname, i), 3)
     end
   end
   return out
@@ -131,6 +137,11 @@ function M.get_total_norm(tensors, norm_type, error_if_nonfinite, ...)
   for i = 1, #list do
     if not fp8.is_tensor(list[i]) then
       error(("get_total_norm: entry %d must be a tensor, got %s"):format(i, require("fp8.opts").got(list[i])), 2)
+    end
+    -- named here: the sum's own refusal named its internal entry and this file's line ("lua/fp8/nn/utils.lua:52:
+    -- sumsq: element 2 of the list: a tensor has been released")
+    if fp8._live_dtype(list[i]) == false then
+      error(("get_total_norm: entry %d has been released (freed or closed)"):format(i), 2)
     end
   end
   return total_norm("get_total_norm", list, check_norm_type("get_total_norm", norm_type), error_if_nonfinite)
