@@ -97,3 +97,28 @@ describe("get_total_norm's released entry", function()
     end
   end)
 end)
+
+describe("a scheduler's base_lrs written by hand", function()
+  -- get_lr read sched.base_lrs as it found it: a number was "attempt to get length of a number value (field
+  -- 'base_lrs')", a string entry "attempt to sub a 'number' with a 'string'" (CyclicLR's, which reads it since stop 95)
+  local function cyclic()
+    return fp8.optim.lr_scheduler.CyclicLR(fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), { lr = 0.1 }),
+      { base_lr = 0.01, max_lr = 0.1, step_size_up = 2 })
+  end
+  it("is checked when the scheduler steps, which then changes nothing", function()
+    for _, c in ipairs { { 5, "base_lrs must be a list of learning rates" }, { { "x" }, "base_lrs[1] must be a finite" },
+                         { { -1 }, "base_lrs[1] must be a finite" }, { { 0 / 0 }, "base_lrs[1] must be a finite" } } do
+      local s = cyclic()
+      s.base_lrs = c[1]
+      local ok, err = pcall(s.step, s)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("CyclicLR: " .. c[2], 1, true), err)
+      assert.are.equal(0, s.last_epoch)
+      assert.are.equal(0.01, s.optimizer.param_groups[1].lr)
+    end
+    local s = cyclic()
+    s.base_lrs = { 0.02 }   -- a good one is taken, as torch's get_lr reads it
+    s:step()
+    assert.is_true(math.abs(s.optimizer.param_groups[1].lr - 0.06) < 1e-12)
+  end)
+end)

@@ -191,6 +191,20 @@ function Scheduler:get_lr()
   -- torch's forms return the group's lr unchanged past total_iters (it had base · 0 = 0 before review 10b); its index
   -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base (in a ChainedScheduler such a
   -- member's factor counts as 1: lr_fn's 4th argument, and the other members scale it, as torch's chain).
+  -- sched.base_lrs as a user may write it (torch's schedulers read the field; CyclicLR's since stop 95): a list of
+  -- finite numbers >= 0, one per group (a group added since joins below). Anything else was Lua's own error ("attempt
+  -- to get length of a number value", "attempt to sub a 'number' with a 'string'") or a negative lr in the message.
+  local bl = self.base_lrs
+  if type(bl) ~= "table" then
+    error(("%s: base_lrs must be a list of learning rates (finite numbers >= 0, one per parameter group), got %s")
+      :format(self.name, O.got(bl)), 0)
+  end
+  for i = 1, rawlen(bl) do
+    local v = rawget(bl, i)
+    if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+      error(("%s: base_lrs[%d] must be a finite number >= 0, got %s"):format(self.name, i, O.got(v)), 0)
+    end
+  end
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = #self.base_lrs + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
