@@ -26,7 +26,8 @@ M.OTHER = {
   FP8LAB_SWEEP_CALLS = "test suite: API sweep calls", FP8LAB_SWEEP_DATA = "test suite: API sweep data",
   FP8LAB_SWEEP_ENTRIES = "test suite: API sweep entries", FP8LAB_SWEEP_MODULES = "test suite: API sweep modules",
   FP8LAB_SWEEP_SAN = "test suite: API sweep under sanitizers",
-  FP8LAB_SWEEP_PROBED = "test suite: API sweep's probed constructors", FP8LAB_SWEEP_ROOT = "test suite: API sweep's tree",
+  FP8LAB_SWEEP_PROBED = "test suite: API sweep's probed constructors",
+  FP8LAB_SWEEP_ROOT = "test suite: API sweep's tree",
   FP8LAB_SWEEP_SANDBOX = "test suite: API sweep's parent, in its own directory",
   FP8LAB_RECIPES = "scripts/bench_train.sh: the recipes it runs",
 }

@@ -606,8 +606,8 @@ TEST(pow_scalar_shortcuts) {
     free(x);
 }
 
-/* fl_logsumexp reduces one dim: FL_ALL_DIMS is refused (it read shape[-1000] before 2026-12-06, the API sweep's seed 104
- * under UBSan, reached from Lua as x:_logsumexp(nil)), as are a dim out of range and a 0-d tensor */
+/* fl_logsumexp reduces one dim: FL_ALL_DIMS is refused (it read shape[-1000] before 2026-12-06, the API sweep's
+ * seed 104 under UBSan, reached from Lua as x:_logsumexp(nil)), as are a dim out of range and a 0-d tensor */
 TEST(logsumexp_refuses_all_dims) {
     int64_t s[2] = { 2, 3 };
     fl_tensor *a = randt(2, s, FL_F32, 7), *r = NULL, *z = NULL;

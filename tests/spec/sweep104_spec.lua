@@ -4,8 +4,8 @@
 -- docs/robustness.md, "The hostile sweep over stop 95's additions (stop 96)".
 
 describe("x:_logsumexp without a dim", function()
-  -- the core reduced one dim and took FL_ALL_DIMS (-1000), the binding's "no dim", as an index: UBSan's "index -1000 out
-  -- of bounds for type 'int64_t [8]'" (core/ops.c), a plain build's read of the memory before the shape
+  -- the core reduced one dim and took FL_ALL_DIMS (-1000), the binding's "no dim", as an index: UBSan's "index -1000
+  -- out of bounds for type 'int64_t [8]'" (core/ops.c), a plain build's read of the memory before the shape
   it("is refused by the core, naming what it expects, and one dim still reduces", function()
     local x = fp8.ones { 2, 3 }
     local ok, err = pcall(function() return x:_logsumexp(nil) end)
@@ -86,7 +86,8 @@ describe("get_total_norm's released entry", function()
   -- clip_grad_norm_ and the others read a released parameter's .grad: "lua/fp8/nn/utils.lua:79: bad argument #1 to
   -- 'index' (tensor has been released (freed or closed))"
   it("and a released parameter are named by the function called", function()
-    for _, c in ipairs { { "clip_grad_norm_", 1.0 }, { "clip_grad_value_", 1.0 }, { "clip_grads_with_norm_", 1.0, 5.0 } } do
+    for _, c in ipairs { { "clip_grad_norm_", 1.0 }, { "clip_grad_value_", 1.0 },
+                         { "clip_grads_with_norm_", 1.0, 5.0 } } do
       local name = c[1]
       local p = fp8.tensor { 3, 4 }:requires_grad(true)
       local q = fp8.tensor { 1 }:requires_grad(true)
@@ -106,8 +107,9 @@ describe("a scheduler's base_lrs written by hand", function()
       { base_lr = 0.01, max_lr = 0.1, step_size_up = 2 })
   end
   it("is checked when the scheduler steps, which then changes nothing", function()
-    for _, c in ipairs { { 5, "base_lrs must be a list of learning rates" }, { { "x" }, "base_lrs[1] must be a finite" },
-                         { { -1 }, "base_lrs[1] must be a finite" }, { { 0 / 0 }, "base_lrs[1] must be a finite" } } do
+    for _, c in ipairs { { 5, "base_lrs must be a list of learning rates" },
+                         { { "x" }, "base_lrs[1] must be a finite" }, { { -1 }, "base_lrs[1] must be a finite" },
+                         { { 0 / 0 }, "base_lrs[1] must be a finite" } } do
       local s = cyclic()
       s.base_lrs = c[1]
       local ok, err = pcall(s.step, s)

@@ -1231,7 +1231,7 @@ function M.ReduceLROnPlateau(opt, opts, ...)
 end
 
 -- _is_better(a, best): torch 2.15's ReduceLROnPlateau._is_better, whether metric a improves on best by the threshold.
--- Until stop 96 it was a public is_better(a), torch's name before 2.2, which took the best from the scheduler (a best
+-- Until stop 96 it was a public is_better(a) (torch 1.x's public name), which took the best from the scheduler (a best
 -- given as torch passes it was dropped) and compared a hostile a with Lua's own "attempt to compare table with number".
 function Plateau:_is_better(a, best, ...)
   no_more("ReduceLROnPlateau:_is_better", "(a, best)", ...)
