@@ -328,7 +328,9 @@ local function enumerate()
           if ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v) then
             add_inst(src, v)
             probed[#probed + 1] = src
-            for _, f in pairs(rawget(getmetatable(v), "__index")) do if type(f) == "function" then reached[f] = true end end
+            for _, f in pairs(rawget(getmetatable(v), "__index")) do
+              if type(f) == "function" then reached[f] = true end
+            end
             break
           end
         end
@@ -580,7 +582,8 @@ local function run_child(tmp, plan, tag, budget)
   local cmd = ("cd %s && %sHOME=%s FP8LAB_PROGRESS=plain ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=3000:detect_leaks=%d:abort_on_error=0 "
     .. "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FP8LAB_SWEEP_MODULES=%s "
     .. "timeout -s KILL %d %s %s --child %s --timeout %s%s </dev/null >/dev/null 2>%s; echo \"rc=$?\" >> %s")
-    :format(sh(dir), lim, sh(dir), opt.leaks and 1 or 0, sh(table.concat(module_names(), " ")), budget, sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(SELF:sub(1, 1) == "/" and SELF or root .. "/" .. SELF),
+    :format(sh(dir), lim, sh(dir), opt.leaks and 1 or 0, sh(table.concat(module_names(), " ")), budget,
+            sh(EXE:sub(1, 1) == "/" and EXE or root .. "/" .. EXE), sh(SELF:sub(1, 1) == "/" and SELF or root .. "/" .. SELF),
             sh(planf .. "," .. progf), tostring(opt.timeout), opt["gc-stress"] and " --gc-stress" or "", sh(dir .. "/stderr"), sh(progf))
   os.execute(cmd)
   local res = { done = {}, began = nil, rc = nil, stderr = read_file(dir .. "/stderr", 1 << 20) }
@@ -811,8 +814,8 @@ if not os.getenv("FP8LAB_SWEEP_SANDBOX") then
   local args = {}
   for i = 1, #arg do args[#args + 1] = sh(arg[i]) end
   local lua_dir = os.getenv("FP8LAB_LUA_DIR")
-  local ok, _, code = os.execute(("cd %s && HOME=%s FP8LAB_SWEEP_SANDBOX=1 FP8LAB_SWEEP_ROOT=%s FP8LAB_SWEEP_MODULES=%s "
-    .. "FP8LAB_EXE=%s %s%s %s %s"):format(sh(dir), sh(dir), sh(root), sh(table.concat(module_names(), " ")),
+  local ok, _, code = os.execute(("cd %s && HOME=%s FP8LAB_SWEEP_SANDBOX=1 FP8LAB_SWEEP_ROOT=%s "
+    .. "FP8LAB_SWEEP_MODULES=%s FP8LAB_EXE=%s %s%s %s %s"):format(sh(dir), sh(dir), sh(root), sh(table.concat(module_names(), " ")),
     sh(abs(EXE)), lua_dir and ("FP8LAB_LUA_DIR=" .. sh(abs(lua_dir)) .. " ") or "", sh(abs(EXE)), sh(abs(SELF)),
     table.concat(args, " ")))
   os.execute("rm -rf " .. sh(dir))
