@@ -26,3 +26,30 @@ describe("review13: logsumexp's private form takes one dim", function()
     assert.are.same({ 2, 1 }, x:logsumexp(2, true):shape())
   end)
 end)
+
+-- scripts/run-tests.sh runs test_core beside the specs, its report kept in a file until the specs end. A run stopped
+-- early (a TERM from a CI timeout, Ctrl-C) deleted that report unseen, so which C tests had passed, and which one
+-- hung, was lost; and a TERM left test_core running after the script had gone. Stand-in binaries: test_core prints a
+-- line and hangs, fp8lab waits for it and stops the script (the TERM of a timeout).
+describe("review13: run-tests.sh stopped while the C tests run", function()
+  local U = dofile("tests/spec/helpers/util.lua")
+  local q, sh = U.q, U.sh
+  local b = U.tmpdir()
+  U.write(b .. "/test_core", "#!/bin/sh\necho 'ok   c_test_that_passed  1.0 ms'\necho $$ > " .. q(b .. "/tc.pid")
+    .. "\nexec sleep 20\n")
+  U.write(b .. "/fp8lab", "#!/bin/sh\nwhile [ ! -s " .. q(b .. "/tc.pid") .. " ]; do sleep 0.05; done\n"
+    .. "echo '1 success / 0 failures / 0 errors / 0 pending'\nkill -TERM $PPID\n")
+  assert(os.execute("chmod +x " .. q(b .. "/test_core") .. " " .. q(b .. "/fp8lab")))
+  teardown(function() os.execute("rm -rf " .. q(b)) end)
+
+  it("prints what the C tests had printed, stops test_core and fails", function()
+    local out, ok = sh("bash scripts/run-tests.sh " .. q(b))
+    local pid = U.must_read(b .. "/tc.pid"):match("%d+")
+    local alive = os.execute("kill -0 " .. pid .. " 2>/dev/null")
+    if alive then os.execute("kill " .. pid) end
+    assert.is_false(ok, out)
+    assert.truthy(out:find("ok   c_test_that_passed", 1, true), out)
+    assert.truthy(out:find("(the run was stopped before the C core tests ended; what they printed:)", 1, true), out)
+    assert.is_falsy(alive, "test_core left running")
+  end)
+end)
