@@ -21,7 +21,7 @@ static uint64_t pattern_step(void) {
 
 /* The fp32 patterns of the block [start, start + 4096) (start a multiple of 4096) that an exhaustive test takes, in
  * pat: all of them (step 1), or every step-th pattern and the block's first two and last. Those three hold what every
- * 61st pattern alone missed (3 of the 4096): every tie between two fp8, fp16 or bf16 values (a tie has at least 13 low
+ * 61st pattern alone missed (3 of the 4096): every tie between two fp8, fp16 or bf16 values (a tie has at least 12 low
  * zero bits) with the patterns on either side of it, e4m3's and e5m2's overflow ties (464, 61440) among them; ±0,
  * ±inf, the first and last NaN of each sign, ±FLT_MAX, the smallest subnormals, every power of two and its
  * neighbours (of 18 such patterns every 61st took +0 alone: a cast wrong at -0, inf or a tie passed make test). */
