@@ -237,6 +237,8 @@ fl_status fl_logsumexp_raw(fl_tensor **out, fl_tensor **m, fl_tensor **s, const 
     if (a->ndim == 0) return FL_ERR(FL_EINVAL, "logsumexp: expected a tensor of at least one dim, got a 0-d tensor");
     bool all;
     FL_TRY(reduce_dim(a, "logsumexp", &dim, &all));
+    /* (FL_ALL_DIMS, fl_reduce's "all", read the shape at index -1000: x:_logsumexp(nil) returned garbage) */
+    if (all) return FL_ERR(FL_EINVAL, "logsumexp: expected one dim to reduce, got none (all dims)");
     if (a->shape[dim] == 0)
         return FL_ERR(FL_EINVAL, "logsumexp: dim %d of tensor %s is empty (the caller gives -inf)", dim + 1,
                       SHAPE(sa, a));

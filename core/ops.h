@@ -71,10 +71,10 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
 /* Σ a² over everything (FL_ALL_DIMS) or along dim: the values and gradient (2·a·g) of fl_reduce's sum of a·a, bit for
  * bit, in one pass on the CPU (the device entry sum_squares; elsewhere the two passes). Norm's sum of squares. */
 fl_status fl_sum_squares(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
-/* torch.logsumexp along one dim of an fp32 tensor (of at least one dim, the dim not empty): log Σ exp(a − m) + m, m
- * the largest value along dim (0 where that is ±inf), with the bits of those ops one after another (max, a − m, exp,
- * sum, log, + m), in two passes on the CPU (the device entry logsumexp). Differentiable: exp(a − m)·(g / s), the
- * graph of those ops' gradient bit for bit (LogsumexpBackward keeps a, m and s). */
+/* torch.logsumexp along one dim (FL_ALL_DIMS refused) of an fp32 tensor (of at least one dim, the dim not empty):
+ * log Σ exp(a − m) + m, m the largest value along dim (0 where that is ±inf), with the bits of those ops one after
+ * another (max, a − m, exp, sum, log, + m), in two passes on the CPU (the device entry logsumexp). Differentiable:
+ * exp(a − m)·(g / s), the graph of those ops' gradient bit for bit (LogsumexpBackward keeps a, m and s). */
 fl_status fl_logsumexp(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
 /* Indices (0-based, as fp32: exact up to 2^24) of the largest (want_min: smallest) element along dim, or
  * the flat index over all elements when dim == FL_ALL_DIMS (a 0-d result). The first one wins a tie; a NaN
