@@ -294,12 +294,13 @@ void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t 
  * backward's sums (row_dot's) the same way. The first pass asks for the tile's rows COL_AHEAD ahead: a row of the
  * tile starts a page of its own once inner·4 reaches 4 KB, where the hardware's prefetchers stop. */
 #define COL_MAX 256
-#define COL_TILE_BYTES (256 << 10)
+#define COL_MIN 64
+#define COL_TILE_BYTES (1 << 20)
 #define COL_AHEAD 8
 
 static int64_t col_width(int64_t size) {
     int64_t w = COL_TILE_BYTES / 4 / (size > 0 ? size : 1) / 16 * 16;
-    return w < 16 ? 16 : w > COL_MAX ? COL_MAX : w;
+    return w < COL_MIN ? COL_MIN : w > COL_MAX ? COL_MAX : w;
 }
 
 static inline __attribute__((always_inline)) void col_ahead(const float *p, int64_t w) {
@@ -342,19 +343,20 @@ static inline __attribute__((always_inline)) void cols_fwd(bool log_, const floa
     for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) lane[l][c] = 0.0f;
     for (int64_t i = 0; i < size; i++) {
         const float *xr = x + i * st;
-        float *yr = y + i * st, *ln = lane[i < n8 ? (i & 7) : 0];
+        float *ln = lane[i < n8 ? (i & 7) : 0];
         #pragma omp simd
-        for (int64_t c = 0; c < w; c++) { const float e = fl_nn_expf(xr[c] - m[c]); yr[c] = e; ln[c] += e; }
+        for (int64_t c = 0; c < w; c++) ln[c] += fl_nn_expf(xr[c] - m[c]);
     }
     for (int64_t c = 0; c < w; c++) {
         float s = 0.0f;
         for (int l = 0; l < 8; l++) s += lane[l][c];
         a[c] = 1.0f / s;
     }
-    for (int64_t i = 0; i < size; i++) {
+    for (int64_t i = 0; i < size; i++) {   /* e again (the same bits) rather than kept: the tile's x alone in L2 */
+        const float *xr = x + i * st;
         float *yr = y + i * st;
         #pragma omp simd
-        for (int64_t c = 0; c < w; c++) yr[c] *= a[c];
+        for (int64_t c = 0; c < w; c++) yr[c] = fl_nn_expf(xr[c] - m[c]) * a[c];
     }
 }
 
