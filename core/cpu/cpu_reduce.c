@@ -48,6 +48,7 @@ static inline __attribute__((always_inline)) double sum_lanes(const float *x, in
 }
 static double sum_f64(const float *x, int64_t n) { return sum_lanes(x, n, false); }
 static double sum_sq_f64(const float *x, int64_t n) { return sum_lanes(x, n, true); }
+double fl_cpu_sum_sq_f64(const float *x, int64_t n) { return sum_sq_f64(x, n); }
 
 /* One pass per op family; the sum in sum_f64's fixed pattern, so the result is the same on every run (and
  * independent of thread count: blocks are fixed-size). */
