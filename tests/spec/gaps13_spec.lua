@@ -182,3 +182,109 @@ describe("acc:save_state and load_state keep math.random", function()
     assert.truthy(fstate)
   end)
 end)
+
+describe("a gradient hook that refers to its own tensor", function()
+  -- fp8lab held every hook's function from the registry, so `t:register_hook(function(g) ... t ... end)` was a cycle
+  -- through the registry that Lua's collector never freed (both kept for the session). A function is now held
+  -- through the tensor's box while nothing else holds the tensor (lua/l_autograd.c), from the registry while a graph
+  -- node, another box or C code does (the core says when: fl_set_hooks_shared)
+  local function count(weak) local n = 0; for _ in pairs(weak) do n = n + 1 end; return n end
+  local function collect() collectgarbage(); collectgarbage() end
+
+  it("is collected with its tensor: never used, after a backward, a post-accumulate hook, a result's", function()
+    local alive = setmetatable({}, { __mode = "k" })
+    local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+    for i = 1, 40 do
+      local t = fp8.randn({ 4 }):requires_grad(true)
+      t:register_hook(function(g) return g * t:detach() end)
+      if i % 4 == 1 then (t * 2):sum():backward() end
+      if i % 4 == 2 then
+        t:register_post_accumulate_grad_hook(function(p) assert(p == t) end)
+        ;(t * t):sum():backward()
+      end
+      if i % 4 == 3 then
+        local z = x * i
+        z:register_hook(function(g) return g + z:detach() * 0 end)
+        z:sum():backward()
+        alive[z] = true
+      end
+      alive[t] = true
+    end
+    collect()
+    assert.are.equal(0, count(alive))
+  end)
+
+  it("still runs where the graph holds the tensor after its box is dropped, its closure intact", function()
+    -- a leaf: the box goes before the backward, and the hook's other upvalue v only it holds
+    local seen
+    local function make()
+      local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+      local v = fp8.tensor({ 10, 100 })
+      w:register_hook(function(g) seen = (g * v):totable(); assert(w:numel() == 2) end)
+      return (w * 3):sum()
+    end
+    local loss = make()
+    collect()
+    loss:backward()
+    assert.are.same({ 30, 300 }, seen)
+    -- a result: its box goes, its grad_fn (shared with the graph) runs its hooks
+    local x = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local function make2()
+      local z = x * 2
+      local v = fp8.tensor({ 5, 7 })
+      z:register_hook(function(g) return g * v + z:detach() * 0 end)
+      return (z * 3):sum()
+    end
+    local l2 = make2()
+    collect()
+    l2:backward()
+    assert.are.same({ 30, 42 }, x.grad:totable())   -- 2 · (3 · v)
+    -- a view's graph holds the leaf, whose box is dropped
+    local ran = 0
+    local function make3()
+      local w = fp8.tensor({ 1, 2, 3, 4 }):requires_grad(true)
+      w:register_hook(function(g) ran = ran + 1; seen = g:totable(); local _ = w end)
+      return w:view({ 2, 2 })
+    end
+    local v3 = make3()
+    collect()
+    ;(v3 * 2):sum():backward()
+    assert.are.equal(1, ran)
+    assert.are.same({ 2, 2, 2, 2 }, seen)
+  end)
+
+  it("held by a module's parameter, runs every step while the model lives, and goes with the model", function()
+    local alive = setmetatable({}, { __mode = "k" })
+    local calls = 0
+    do
+      local model = fp8.nn.Linear(3, 2)
+      for _, p in ipairs(model:parameters()) do
+        p:register_hook(function(g) calls = calls + 1; local _ = model; return g end)
+      end
+      local opt = fp8.optim.SGD(model:parameters(), { lr = 0.1 })
+      for _ = 1, 3 do
+        collect()
+        model(fp8.randn({ 4, 3 })):sum():backward()
+        opt:step(); opt:zero_grad()
+      end
+      alive[model] = true
+      alive[model.weight] = true
+    end
+    assert.are.equal(6, calls)
+    collect()
+    assert.are.equal(0, count(alive))
+  end)
+
+  it("removed by its handle, or kept when the handle is dropped, as before", function()
+    local w = fp8.tensor({ 1, 2 }):requires_grad(true)
+    local calls = 0
+    local h = w:register_hook(function(g) calls = calls + 1; local _ = w end)
+    w:register_hook(function(g) calls = calls + 10; local _ = w end)
+    collect()
+    ;(w * 1):sum():backward()
+    h:remove()
+    collect()
+    ;(w * 1):sum():backward()
+    assert.are.equal(21, calls)
+  end)
+end)
