@@ -330,7 +330,7 @@ add_all {
        .. "fp8.hist(h.grad, \"e5m2\") then shows how that gradient sits on the FP8 grid.\n"
        .. "t:register_hook(fn) -> handle: fn(grad) runs when backward has t's gradient (a leaf's summed over its\n"
        .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out\n"
-       .. "(a hook that refers to its own tensor keeps both alive until removed: unlike torch's, never collected).\n"
+       .. "(a hook that refers to its own tensor is collected with it, as torch's; before stop 96 it kept both).\n"
        .. "p:register_post_accumulate_grad_hook(fn) -> handle: fn(p) runs after backward has added a leaf's\n"
        .. "gradient into p.grad (an optimizer per parameter can step there: optimizer-in-backward).\n"
        .. "loss:backward{inputs = {w, h}} fills only their .grad (torch's inputs=); {retain_graph=true} keeps\n"
