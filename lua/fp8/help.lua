@@ -70,6 +70,11 @@ add_all {
     doc = "torch's: the generator's state (32 hex digits: seed, counter; torch's is a ByteTensor), which set_rng_state\n"
        .. "puts back exactly (what acc:save_state keeps in random_states_<rank>.json); initial_seed() is the seed\n"
        .. "manual_seed or set_seed last set." },
+  { section = "Tensors", name = "get_math_random_state",
+    sig = "fp8.get_math_random_state() -> string / fp8.set_math_random_state(s)",
+    doc = "Lua's own math.random state (Python's random.getstate/setstate): xoshiro256**'s four words as 64 hex\n"
+       .. "digits, put back exactly by set_math_random_state; acc:save_state keeps it per process beside fp8's\n"
+       .. "generator. fp8.set_seed seeds math.random too; fp8.manual_seed does not (torch's)." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
        .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape();\n"
@@ -325,7 +330,7 @@ add_all {
        .. "fp8.hist(h.grad, \"e5m2\") then shows how that gradient sits on the FP8 grid.\n"
        .. "t:register_hook(fn) -> handle: fn(grad) runs when backward has t's gradient (a leaf's summed over its\n"
        .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out\n"
-       .. "(a hook that refers to its own tensor keeps both alive until removed: unlike torch's, never collected).\n"
+       .. "(a hook that refers to its own tensor is collected with it, as torch's; before stop 96 it kept both).\n"
        .. "p:register_post_accumulate_grad_hook(fn) -> handle: fn(p) runs after backward has added a leaf's\n"
        .. "gradient into p.grad (an optimizer per parameter can step there: optimizer-in-backward).\n"
        .. "loss:backward{inputs = {w, h}} fills only their .grad (torch's inputs=); {retain_graph=true} keeps\n"
@@ -586,6 +591,7 @@ also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", 
                        "Tensor:nonzero", "Tensor:argwhere" })
 also("Tensor:logsumexp", { "Tensor:norm" })
 also("get_rng_state", { "set_rng_state", "initial_seed" })
+also("get_math_random_state", { "set_math_random_state" })
 also("Tensor:prod", { "Tensor:cumprod", "prod", "cumprod" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })
