@@ -72,6 +72,12 @@ describe("hypot on fp32", function()
     end
   end)
 
+  it("names itself in a shape error (it named maximum, its inner op)", function()
+    local ok, err = pcall(function() return fp8.tensor({ 1, 2 }):hypot(fp8.tensor({ 1, 2, 3 })) end)
+    assert.is_false(ok)
+    assert.matches("hypot: shapes %[2%] and %[3%] cannot be broadcast", err)
+  end)
+
   it("keeps HypotBackward's gradient x/h", function()
     local x = fp8.tensor({ 3, 1e-40, -5, 0 }):requires_grad_()
     local y = fp8.tensor({ 4, 1e-40, 12, 0 }):requires_grad_()
