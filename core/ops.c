@@ -10,7 +10,8 @@
 #include <string.h>
 
 const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
-                                       "eq", "ne", "lt", "le", "gt", "ge", "atan2", "fmod", "remainder" };
+                                       "eq", "ne", "lt", "le", "gt", "ge", "atan2", "fmod", "remainder",
+                                       "hypot" };
 const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign", "tanh", "sigmoid", "sin", "cos",
                                       "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1", "tan", "asin",
                                       "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2", "rsqrt" };

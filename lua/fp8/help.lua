@@ -88,8 +88,9 @@ add_all {
   { section = "Tensors", name = "Tensor:hypot",
     sig = "x:hypot(y) / :logaddexp2(y) / :floor_divide(y) / :true_divide(y) / :copysign(y) / :float_power(e) / "
        .. ":heaviside(values) / :frac() / :sinc() / :signbit() / :sgn() / :rad2deg() / :deg2rad()",
-    doc = "torch's, with its values at the edges: hypot without overflow in the squares (its gradient x/h right\n"
-       .. "for every finite pair, subnormal and huge ones too, where torch's is off; 0 at (0, 0)); log2(2^x + 2^y);\n"
+    doc = "torch's, with its values at the edges: hypot without overflow in the squares, correctly rounded on fp32\n"
+       .. "(its gradient x/h right for every finite pair, subnormal and huge ones too, where torch's is off; 0 at\n"
+       .. "(0, 0)); log2(2^x + 2^y);\n"
        .. "floor_divide from fmod (torch's rounding; x/0 where y is 0); copysign by the sign bit (-0 counts);\n"
        .. "float_power in double, rounded to fp32; heaviside 0/values/1; frac x - trunc(x); sinc sin(pi x)/(pi x)\n"
        .. "(its Taylor polynomial near 0, exact gradients there). Differentiable where torch's are; heaviside,\n"
