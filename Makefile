@@ -173,12 +173,14 @@ $(BUILD)/test_core: $(TEST_C:%.c=$(BUILD)/%.o) $(CORE_OBJ) $(CU_OBJ) $(FLAGS_STA
 # build is a second make, so its probes see them (this make's probes ran before the install).
 # The benchmark programs are built too (not run), so that one that no longer links fails here, not in `make bench`.
 BENCH_C := $(BUILD)/bench_quantize $(BUILD)/bench_attn $(BUILD)/bench_fp8_gemm $(BUILD)/bench_peak $(BUILD)/bench_passes
-# make test samples every 61st fp32 pattern in the casts' exhaustive tests (FL_TEST_QUICK=1: ~70 M of the 2^32; all
-# of them were most of the C tests' time); make test-exhaustive runs all of them, as CI does (.ci/run).
+# make test samples every 61st fp32 pattern in the casts' exhaustive tests, and those whose low 12 bits are 0, 1 or all
+# ones (the ties, ±0, ±inf; tests/c/test_format.c's block_patterns) (FL_TEST_QUICK=1: ~73 M of the 2^32; all of them
+# were most of the C tests' time); make test-exhaustive runs all of them, as CI does (.ci/run). FL_TEST_QUICK=0 in the
+# environment makes make test run all of them too.
 test: deps
 	@bash scripts/install-deps.sh test
 	@$(MAKE) --no-print-directory all $(BUILD)/test_core $(BENCH_C)
-	@FL_TEST_QUICK=1 bash scripts/run-tests.sh $(BUILD)
+	@FL_TEST_QUICK=$${FL_TEST_QUICK:-1} bash scripts/run-tests.sh $(BUILD)
 
 test-exhaustive: $(BUILD)/test_core
 	FL_TEST_QUICK=0 $(BUILD)/test_core format_exhaustive

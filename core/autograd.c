@@ -116,7 +116,11 @@ static _Thread_local size_t rel_len, rel_cap;
 static _Thread_local bool rel_active;
 
 void fl_node_release(fl_node *n) {
-    if (!n || --n->refcount > 0) return;
+    if (!n) return;
+    if (--n->refcount > 0) {
+        if (n->refcount == 1 && n->owner) fl_hooks_shared_note(n->owner, false);
+        return;
+    }
     if (rel_active) {
         if (rel_len == rel_cap) {
             size_t cap = rel_cap ? rel_cap * 2 : 64;
@@ -233,6 +237,17 @@ fl_status fl_tensor_retain_grad(fl_tensor *t) {
 /* ---- gradient hooks ------------------------------------------------------------------------ */
 
 static fl_status accumulate(fl_tensor **acc, const fl_tensor *g);
+
+static _Thread_local fl_hooks_shared_fn hooks_shared;
+void fl_set_hooks_shared(fl_hooks_shared_fn fn) { hooks_shared = fn; }
+void fl_hooks_shared_note(fl_tensor *t, bool shared) {
+    if (hooks_shared && t && ((t->hooks && t->hooks->n) || (t->post_hooks && t->post_hooks->n))) hooks_shared(t, shared);
+}
+
+/* A node gains a reference: where its owner's hooks run at it, the owner is now shared (fl_set_hooks_shared) */
+static void node_retain(fl_node *n) {
+    if (n->refcount++ == 1 && n->owner) fl_hooks_shared_note(n->owner, true);
+}
 
 fl_grad_hooks *fl_grad_hooks_retain(fl_grad_hooks *h) { if (h) h->refcount++; return h; }
 
@@ -454,7 +469,7 @@ fl_status fl_node_input_stub(fl_node *n, int i) {
     h->scale_axis = -1;
     h->requires_grad = in->requires_grad;
     h->grad_fn = in->grad_fn;
-    if (h->grad_fn) h->grad_fn->refcount++;
+    if (h->grad_fn) node_retain(h->grad_fn);
     n->inputs[i] = h;
     fl_tensor_release(in);
     return FL_OK;
@@ -807,7 +822,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     }
     /* Hold every node while we work: clearing one node's inputs may drop the last other reference
      * to a node later in the order. */
-    for (size_t k = 0; k < n; k++) { order[k]->refcount++; order[k]->busy++; }
+    for (size_t k = 0; k < n; k++) { node_retain(order[k]); order[k]->busy++; }
     fl_tensor **grads = calloc(n, sizeof *grads);   /* gradient of each node's output */
     int *uses = calloc(n, sizeof *uses);
     /* captured: per node, the input whose gradient it makes (-1: none), whether it runs (a path to an input), and

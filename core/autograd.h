@@ -162,6 +162,15 @@ fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, vo
  * grad, as torch's); *id and *list as fl_tensor_add_grad_hook's (*list is t's post-accumulate-grad list). */
 fl_status fl_tensor_add_post_accumulate_grad_hook(fl_tensor *t, fl_post_grad_hook_fn fn, void *ud,
                                                   void (*ud_free)(void *), uint64_t *id, fl_grad_hooks **list);
+/* A host language whose collector cannot see the core's references (Lua) may hold a hook's function only through
+ * the tensor's handle while nothing else holds the tensor, so that a function that refers to its own tensor is
+ * collected with it (torch's tp_traverse visits a tensor's hooks only while Python owns it alone). shared(t, true)
+ * runs, on the thread that registered it, when a tensor with hooks (or the grad_fn its hooks run at) gains a second
+ * reference: the host must hold the functions strongly before it returns (it may not allocate or raise).
+ * shared(t, false) runs when it is back to one: the host may check later whether they can be weak again. */
+typedef void (*fl_hooks_shared_fn)(fl_tensor *t, bool shared);
+void fl_set_hooks_shared(fl_hooks_shared_fn fn);
+void fl_hooks_shared_note(fl_tensor *t, bool shared);   /* tensor.c and the node code call it */
 /* Removes hook id from the list (false: it is not there, already removed). */
 bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id);
 fl_grad_hooks *fl_grad_hooks_retain(fl_grad_hooks *h);

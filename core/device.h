@@ -127,6 +127,12 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */                       \
     X(softmax_fwd, (bool log, const float *x, float *y, int64_t rows, int64_t cols))                               \
     X(softmax_bwd, (bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols))             \
+    /* The same over the middle dim of [outer, size, inner] (a dim with a stride), each of the outer·inner columns \
+     * given the bits softmax_fwd/_bwd give it as a row. NULL: core/nn.c transposes the dim last around them.     \
+     */                                                                                                            \
+    X(softmax_dim_fwd, (bool log, const float *x, float *y, int64_t outer, int64_t size, int64_t inner))           \
+    X(softmax_dim_bwd, (bool log, const float *y, const float *dy, float *dx, int64_t outer, int64_t size,         \
+                        int64_t inner))                                                                            \
     /* Targets are class indices stored as floats; FL_EINVAL naming the first bad row for a target                 \
      * outside [0, cols) that is not ignore_index. *loss (host) is the mean over counted rows. */                  \
     X(cross_entropy_fwd, (const float *logits, const float *target, int64_t rows, int64_t cols,                    \
@@ -140,6 +146,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * which writes dx and accumulates (+=) into dw, db when they are non-NULL. */                                 \
     X(layernorm_fwd, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,          \
                       int64_t rows, int64_t cols, float eps))                                                      \
+    /* F.rms_norm over the last dim of a contiguous fp32 x [rows, cols] (w contiguous fp32 [cols] or NULL) with  \
+     * nothing to record: y = (x·r)·w, r = 1/√(mean(x·x) + eps), the bits of the ops F.rms_norm composes (the    \
+     * products rounded to fp32, the mean reduce's, eps rounded to fp32 as binary_scalar's add takes it, rsqrt's  \
+     * two roundings). NULL: lua/fp8/nn/functional.lua composes the ops. */                                       \
+    X(rms_norm_fwd, (const float *x, const float *w, float *y, int64_t rows, int64_t cols, double eps))            \
     /* layernorm_fwd of x + r (contiguous fp32 of one shape; their sum rounded as the add rounds it) without the sum \
      * in memory: the bits of the add then layernorm_fwd (fl_add_layer_norm, a residual block's norm in inference).  \
      * NULL: core/nn.c adds, then runs layernorm_fwd. */                                                            \

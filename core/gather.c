@@ -10,6 +10,9 @@
 #include <string.h>
 #include "autograd.h"
 
+/* rows of a's dims before dim whose positions are prefetched ahead of the one being gathered */
+#define GATHER_AHEAD 2
+
 fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tensor *index) {
     char sa[200], si[200];
     *out = NULL;
@@ -43,7 +46,18 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
     if (st == FL_OK) {
         const float *x = fl_tensor_data(h), *iv = fl_tensor_data(ih);
         float *y = fl_tensor_data(v);
-        for (int64_t o = 0; o < outer && st == FL_OK; o++)
+        for (int64_t o = 0; o < outer && st == FL_OK; o++) {
+            /* along the last dim: the positions GATHER_AHEAD rows on asked into the caches. Each load below missed to
+             * memory where the rows are larger than the caches (x [4096, 1024] along dim 2: 82% of the time on the
+             * load's result, too few misses in flight to keep memory busy; the positions are random, so the
+             * hardware's prefetchers do not follow them). A position out of range is skipped (its error comes when
+             * its row is reached). */
+            if (inner == 1 && o + GATHER_AHEAD < outer)
+                for (int64_t r = 0; r < k; r++) {
+                    const float p = iv[(o + GATHER_AHEAD) * k + r];
+                    if (p >= 0 && (double)p < (double)size)
+                        __builtin_prefetch(x + (o + GATHER_AHEAD) * size + (int64_t)p);
+                }
             for (int64_t r = 0; r < k && st == FL_OK; r++)
                 for (int64_t j = 0; j < inner; j++) {
                     const int64_t at = (o * k + r) * inner + j;
@@ -55,6 +69,7 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
                     }
                     y[at] = x[(o * size + (int64_t)p) * inner + j];
                 }
+        }
     }
     fl_tensor_release(h);
     if (st == FL_OK) st = fl_host_result(out, v, a->dtype, a->device), v = NULL;

@@ -30,6 +30,11 @@ fl_status fl_silu_bf16(fl_tensor **out, const fl_tensor *x);
 /* Over the last dim. */
 fl_status fl_softmax(fl_tensor **out, const fl_tensor *x);
 fl_status fl_log_softmax(fl_tensor **out, const fl_tensor *x);
+/* F.rms_norm over the last dim of fp32 x (w [cols] or NULL) recording nothing, in one pass where the device can;
+ * *out NULL where it cannot (core/nn.c) */
+fl_status fl_rms_norm_fwd(fl_tensor **out, const fl_tensor *x, const fl_tensor *w, double eps);
+/* softmax (log: log-softmax) over dim (0-based) of x; the result fp32 (see fl_softmax_dim in core/nn.c) */
+fl_status fl_softmax_dim(fl_tensor **out, const fl_tensor *x, int dim, int log);
 /* logits [..., C], target [...] holding class indices (any non-FP8 dtype, integral values); mean
  * over rows whose target != ignore_index. 0-d result. */
 fl_status fl_cross_entropy(fl_tensor **out, const fl_tensor *logits, const fl_tensor *target,

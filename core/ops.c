@@ -10,7 +10,8 @@
 #include <string.h>
 
 const char *const fl_binop_names[] = { "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
-                                       "eq", "ne", "lt", "le", "gt", "ge", "atan2", "fmod", "remainder" };
+                                       "eq", "ne", "lt", "le", "gt", "ge", "atan2", "fmod", "remainder",
+                                       "hypot" };
 const char *const fl_unop_names[] = { "abs", "neg", "exp", "log", "sqrt", "sign", "tanh", "sigmoid", "sin", "cos",
                                       "floor", "ceil", "round", "trunc", "erf", "log1p", "expm1", "tan", "asin",
                                       "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2", "rsqrt" };
@@ -237,8 +238,8 @@ fl_status fl_logsumexp_raw(fl_tensor **out, fl_tensor **m, fl_tensor **s, const 
     if (a->ndim == 0) return FL_ERR(FL_EINVAL, "logsumexp: expected a tensor of at least one dim, got a 0-d tensor");
     bool all;
     FL_TRY(reduce_dim(a, "logsumexp", &dim, &all));
-    /* one dim only: FL_ALL_DIMS (reduce_dim takes it for the reductions over everything) would index shape[-1000] */
-    if (all) return FL_ERR(FL_EINVAL, "logsumexp: expected one dim, got none (FL_ALL_DIMS); reduce a flattened tensor");
+    /* (FL_ALL_DIMS, fl_reduce's "all", read the shape at index -1000: x:_logsumexp(nil) returned garbage) */
+    if (all) return FL_ERR(FL_EINVAL, "logsumexp: expected one dim to reduce, got none (all dims)");
     if (a->shape[dim] == 0)
         return FL_ERR(FL_EINVAL, "logsumexp: dim %d of tensor %s is empty (the caller gives -inf)", dim + 1,
                       SHAPE(sa, a));

@@ -17,10 +17,12 @@
  * 0 where false in the result's dtype (there is no bool dtype); NaN compares unequal to everything, itself
  * included. Comparisons carry no history. atan2(y, x): the angle of (x, y) in (-pi, pi], in double and rounded once.
  * fmod: C's fmod, exact, the sign of the dividend (torch.fmod); remainder: fmod moved by the divisor where the signs
- * differ, so the sign of the divisor (torch.remainder, Python's %). */
+ * differ, so the sign of the divisor (torch.remainder, Python's %). hypot: √(a² + b²) correctly rounded
+ * (core/hypot1.h), +inf where either is infinite (the other NaN included); its autograd node is fl_hypot's. */
 typedef enum {
     FL_OP_ADD = 0, FL_OP_SUB, FL_OP_MUL, FL_OP_DIV, FL_OP_MAXIMUM, FL_OP_MINIMUM, FL_OP_POW, FL_OP_WHERE,
     FL_OP_EQ, FL_OP_NE, FL_OP_LT, FL_OP_LE, FL_OP_GT, FL_OP_GE, FL_OP_ATAN2, FL_OP_FMOD, FL_OP_REMAINDER,
+    FL_OP_HYPOT,
     FL_BINOP_COUNT
 } fl_binop;
 static inline bool fl_binop_is_comparison(fl_binop op) { return op >= FL_OP_EQ && op <= FL_OP_GE; }
@@ -58,12 +60,13 @@ fl_status fl_where(fl_tensor **out, const fl_tensor *cond, const fl_tensor *a, c
 /* clamp between two numbers: minimum(maximum(a, lo), hi), the same values and gradient as those two calls, in one
  * node that keeps a alone (as torch's clamp) */
 fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double hi);
-/* torch.hypot: √(a² + b²) without overflow or underflow in the squares (m·√(1 + (n/m)²), m and n the larger and
- * smaller of |a| and |b|, in fp32, rounded once to the result's dtype: a's and b's, fp32 where they differ); 0 where
- * both are 0; inf where either is infinite, the other NaN included (C's hypot); the two broadcast. Differentiable,
- * torch's x/h for each operand computed as (x/m)/√(1 + (n/m)²), right for every finite pair (torch's x/h is off where
- * h is subnormal or overflows); NaN for an infinite operand and 0 for a finite one beside it, as torch's; 0 for both
- * at (0, 0), where torch's 0/0 is NaN (its subgradient, as norm's). Not for FP8 operands. */
+/* torch.hypot: √(a² + b²) without overflow or underflow in the squares, correctly rounded to fp32 (FL_OP_HYPOT: the
+ * squares' sum in double, where no fp32 pair over- or underflows, and an exact decision near a tie), then rounded once
+ * to the result's dtype: a's and b's, fp32 where they differ; 0 where both are 0; inf where either is infinite, the
+ * other NaN included (C's hypot); the two broadcast. Differentiable, torch's x/h for each operand computed as
+ * (x/m)/√(1 + (n/m)²), m and n the larger and smaller of |a| and |b|, right for every finite pair (torch's x/h is off
+ * where h is subnormal or overflows); NaN for an infinite operand and 0 for a finite one beside it, as torch's; 0 for
+ * both at (0, 0), where torch's 0/0 is NaN (its subgradient, as norm's). Not for FP8 operands. */
 fl_status fl_hypot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 fl_status fl_unary(fl_tensor **out, fl_unop op, const fl_tensor *a);
 /* dim == FL_ALL_DIMS reduces everything to a 0-d tensor; negative dim counts from the end. */
@@ -71,10 +74,10 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
 /* Σ a² over everything (FL_ALL_DIMS) or along dim: the values and gradient (2·a·g) of fl_reduce's sum of a·a, bit for
  * bit, in one pass on the CPU (the device entry sum_squares; elsewhere the two passes). Norm's sum of squares. */
 fl_status fl_sum_squares(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
-/* torch.logsumexp along one dim of an fp32 tensor (of at least one dim, the dim not empty): log Σ exp(a − m) + m, m
- * the largest value along dim (0 where that is ±inf), with the bits of those ops one after another (max, a − m, exp,
- * sum, log, + m), in two passes on the CPU (the device entry logsumexp). Differentiable: exp(a − m)·(g / s), the
- * graph of those ops' gradient bit for bit (LogsumexpBackward keeps a, m and s). */
+/* torch.logsumexp along one dim (FL_ALL_DIMS refused) of an fp32 tensor (of at least one dim, the dim not empty):
+ * log Σ exp(a − m) + m, m the largest value along dim (0 where that is ±inf), with the bits of those ops one after
+ * another (max, a − m, exp, sum, log, + m), in two passes on the CPU (the device entry logsumexp). Differentiable:
+ * exp(a − m)·(g / s), the graph of those ops' gradient bit for bit (LogsumexpBackward keeps a, m and s). */
 fl_status fl_logsumexp(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
 /* Indices (0-based, as fp32: exact up to 2^24) of the largest (want_min: smallest) element along dim, or
  * the flat index over all elements when dim == FL_ALL_DIMS (a 0-d result). The first one wins a tie; a NaN

@@ -217,9 +217,10 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 static const char *const binary_names[FL_BINOP_COUNT] = {
     "AddBackward", "SubBackward", "MulBackward", "DivBackward", "MaximumBackward", "MinimumBackward", "PowBackward",
     "WhereBackward", [FL_OP_ATAN2] = "Atan2Backward", [FL_OP_FMOD] = "FmodBackward",
-    [FL_OP_REMAINDER] = "RemainderBackward" };
+    [FL_OP_REMAINDER] = "RemainderBackward", [FL_OP_HYPOT] = "HypotBackward" };
 
 fl_status fl_binary(fl_tensor **out, fl_binop op, const fl_tensor *a, const fl_tensor *b) {
+    if (op == FL_OP_HYPOT) return fl_hypot(out, a, b);   /* its node keeps both operands, as torch's */
     const fl_tensor *ins[2] = { a, b };
     bool record = !fl_binop_is_comparison(op) && fl_any_requires_grad(2, ins);
     *out = NULL;
@@ -284,49 +285,46 @@ static fl_status hypot_root(fl_tensor **z, fl_tensor **ms, fl_tensor **s, const 
  * (1e-45, 1e-45), where the derivative is 0.7071, x/h's h having rounded to 1e-45, and 0 at (3e38, 3e38), where h
  * overflowed (before stop 95 hypot was a graph of ops, which divided by m twice: NaN at (1e-45, 1e-45), -inf at
  * (3e-40, 4e-40)). Beside an infinity: inf/inf = NaN for the infinite operand, finite/inf = 0 for the other. */
-static fl_status hypot_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+static fl_status hypot_grads(const fl_tensor *g, const fl_tensor *a, const fl_tensor *b, const bool need[2],
+                             fl_tensor *gt[2]) {
     fl_tensor *aa = NULL, *bb = NULL, *m = NULL, *mn = NULL, *z = NULL, *ms = NULL, *s = NULL, *keep = NULL;
-    fl_status st = hypot_parts(&aa, &bb, &m, &mn, n->saved[0], n->saved[1]);
+    const fl_tensor *in[2] = { a, b };
+    fl_status st = hypot_parts(&aa, &bb, &m, &mn, a, b);
     if (st == FL_OK) st = hypot_root(&z, &ms, &s, m, mn);
     if (st == FL_OK) st = fl_binary_scalar_raw(&keep, FL_OP_SUB, z, 1.0, true);   /* 1 - z */
     for (int i = 0; i < 2 && st == FL_OK; i++) {
-        if (!fl_node_input_needs_grad(n, i)) continue;
-        fl_tensor *x = NULL, *r = NULL, *d = NULL, *k = NULL, *t = NULL;
-        const fl_tensor *xi = n->saved[i];
+        if (!need[i]) continue;
+        fl_tensor *x = NULL, *r = NULL, *d = NULL, *k = NULL;
+        const fl_tensor *xi = in[i];
         st = xi->dtype == FL_F32 ? (x = fl_tensor_retain((fl_tensor *)xi), FL_OK) : fl_tensor_to(&x, xi, FL_F32);
         if (st == FL_OK) st = fl_binary_raw(&r, FL_OP_DIV, x, ms);
         if (st == FL_OK) st = fl_binary_raw(&d, FL_OP_DIV, r, s);
         if (st == FL_OK) st = masked_grad(&k, keep, d);
-        if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, k);
-        if (st == FL_OK) { st = reduce_into(&gin[i], t, n->inputs[i]); t = NULL; }
-        fl_tensor *all[] = { x, r, d, k, t };
+        if (st == FL_OK) st = fl_binary_raw(&gt[i], FL_OP_MUL, g, k);
+        fl_tensor *all[] = { x, r, d, k };
         for (size_t j = 0; j < sizeof all / sizeof *all; j++) fl_tensor_release(all[j]);
     }
     fl_tensor *all[] = { aa, bb, m, mn, z, ms, s, keep };
     for (size_t j = 0; j < sizeof all / sizeof *all; j++) fl_tensor_release(all[j]);
     return st;
 }
+static fl_status hypot_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const bool need[2] = { fl_node_input_needs_grad(n, 0), fl_node_input_needs_grad(n, 1) };
+    fl_tensor *gt[2] = { NULL, NULL };
+    fl_status st = hypot_grads(g, n->saved[0], n->saved[1], need, gt);
+    for (int i = 0; i < 2; i++) {
+        if (st == FL_OK && gt[i]) { st = reduce_into(&gin[i], gt[i], n->inputs[i]); gt[i] = NULL; }
+        fl_tensor_release(gt[i]);
+    }
+    return st;
+}
 
 fl_status fl_hypot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     const fl_tensor *ins[2] = { a, b };
-    fl_tensor *aa = NULL, *bb = NULL, *m = NULL, *mn = NULL, *z = NULL, *ms = NULL, *s = NULL, *r = NULL, *keep = NULL;
-    fl_tensor *r0 = NULL, *ia = NULL, *ib = NULL, *inf = NULL, *v = NULL;
     *out = NULL;
-    fl_status st = hypot_parts(&aa, &bb, &m, &mn, a, b);
-    if (st == FL_OK) st = hypot_root(&z, &ms, &s, m, mn);
-    if (st == FL_OK) st = fl_binary_raw(&r0, FL_OP_MUL, ms, s);
-    if (st == FL_OK) st = fl_binary_scalar_raw(&keep, FL_OP_SUB, z, 1.0, true);
-    if (st == FL_OK) st = fl_binary_raw(&r, FL_OP_MUL, r0, keep);                  /* 0 where both are 0 */
-    /* an infinite operand gives inf, whatever the other is (NaN included: C's hypot, torch's) */
-    if (st == FL_OK) st = fl_binary_scalar_raw(&ia, FL_OP_EQ, aa, INFINITY, false);
-    if (st == FL_OK) st = fl_binary_scalar_raw(&ib, FL_OP_EQ, bb, INFINITY, false);
-    if (st == FL_OK) { fl_tensor_release(r0); r0 = NULL; st = fl_binary_raw(&r0, FL_OP_MAXIMUM, ia, ib); }
-    if (st == FL_OK) st = fl_tensor_full(&inf, FL_F32, 0, NULL, INFINITY, r->device);
-    if (st == FL_OK) st = fl_where(&v, r0, inf, r);
-    const fl_dtype dt = a->dtype == b->dtype ? a->dtype : FL_F32;
-    if (st == FL_OK) st = dt == FL_F32 ? (*out = fl_tensor_retain(v), FL_OK) : fl_tensor_to(out, v, dt);
-    fl_tensor *all[] = { aa, bb, m, mn, z, ms, s, r, keep, r0, ia, ib, inf, v };
-    for (size_t j = 0; j < sizeof all / sizeof *all; j++) fl_tensor_release(all[j]);
+    /* one elementwise op, correctly rounded to fp32 then to a bf16/fp16 result (as torch's, which computes a reduced
+     * operand's hypot in fp32): it was m·√(1 + (n/m)²) in fp32 ops, up to 2 ulp off (stop 95's review) */
+    fl_status st = fl_binary_raw(out, FL_OP_HYPOT, a, b);
     if (st != FL_OK || !fl_any_requires_grad(2, ins)) return st;
     fl_node *n;
     FL_TRY(fl_autograd_record(out, &n, "HypotBackward", hypot_bwd, 2, ins));
@@ -467,6 +465,15 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
         fl_tensor_release(c);
         return st;
     }
+    case FL_OP_HYPOT: {   /* hypot(x, s) = hypot(s, x): x's gradient, the number s (as the op took it, in fp32) 0-d */
+        fl_tensor *c = NULL, *gt[2] = { NULL, NULL };
+        const bool need[2] = { true, false };
+        fl_status st = fl_tensor_full(&c, FL_F32, 0, NULL, (double)(float)s, n->saved[0]->device);
+        if (st == FL_OK) st = hypot_grads(g, n->saved[0], c, need, gt);
+        if (st == FL_OK) gin[0] = gt[0];
+        fl_tensor_release(c);
+        return st;
+    }
     case FL_OP_FMOD:
     case FL_OP_REMAINDER: {
         if (!first) { gin[0] = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
@@ -489,7 +496,7 @@ fl_status fl_binary_scalar(fl_tensor **out, fl_binop op, const fl_tensor *a, dou
     n->iargs[1] = scalar_first;
     n->dargs[0] = s;
     if ((op == FL_OP_DIV && scalar_first) || op == FL_OP_MAXIMUM || op == FL_OP_MINIMUM ||
-        (op == FL_OP_POW && !scalar_first) || op == FL_OP_ATAN2 ||
+        (op == FL_OP_POW && !scalar_first) || op == FL_OP_ATAN2 || op == FL_OP_HYPOT ||
         ((op == FL_OP_FMOD || op == FL_OP_REMAINDER) && scalar_first))
         fl_node_save(n, 0, a);
     else {

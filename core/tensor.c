@@ -120,7 +120,12 @@ bool fl_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
     return true;
 }
 
-fl_tensor *fl_tensor_retain(fl_tensor *t) { if (t) t->refcount++; return t; }
+/* A tensor with gradient hooks tells the binding when it gains a second reference and when it is back to one
+ * (fl_set_hooks_shared, autograd.h: Lua holds such a tensor's hook functions strongly only while it is shared) */
+fl_tensor *fl_tensor_retain(fl_tensor *t) {
+    if (t && t->refcount++ == 1 && (t->hooks || t->post_hooks)) fl_hooks_shared_note(t, true);
+    return t;
+}
 
 fl_stats_future *fl_stats_future_retain(fl_stats_future *f) { if (f) f->refcount++; return f; }
 
@@ -140,7 +145,11 @@ fl_status fl_tensor_qstats(const fl_tensor *t, fl_cast_stats *out) {
 }
 
 void fl_tensor_release(fl_tensor *t) {
-    if (!t || --t->refcount > 0) return;
+    if (!t) return;
+    if (--t->refcount > 0) {
+        if (t->refcount == 1 && (t->hooks || t->post_hooks)) fl_hooks_shared_note(t, false);
+        return;
+    }
     storage_release(t->storage);
     fl_stats_future_release(t->qfuture);
     fl_tensor_release(t->scale_inv);

@@ -20,6 +20,7 @@
 #include "cuda_common.cuh"
 #include "fl_cuda_host.h"
 #include "cuda_entries.h"
+#include "hypot1.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,7 @@ FL_HD float ew_binop(int op, float x, float y) {
     case FL_OP_ATAN2: return (float)atan2((double)x, (double)y);
     case FL_OP_FMOD: return fmodf(x, y);
     case FL_OP_REMAINDER: return ew_remainder(x, y);
+    case FL_OP_HYPOT: return fl_hypot1(x, y);   /* the CPU's definition (core/hypot1.h), correctly rounded */
     default: return ew_cmp(x >= y);   /* FL_OP_GE */
     }
 }

@@ -68,39 +68,79 @@ static int m_zero_grad(lua_State *L) {
 }
 
 /* ---- gradient hooks: t:register_hook(fn) -------------------------------------------------------------------
- * The core calls lua_grad_hook with the hook's key; the Lua function lives in a table of this state's registry under
- * that key. A hook list can be freed anywhere (a tensor dropped by a collection, at exit), so the core's ud_free only
- * queues the key; the table drops the queued keys at the next register_hook, remove or backward, where a state is
- * at hand. The hooks run in the state that started the backward (m_backward sets it). */
-static const char hook_fns_key = 0;
+ * The core calls lua_grad_hook with the hook's key; the Lua function is found under that key. A hook list can be
+ * freed anywhere (a tensor dropped by a collection, at exit), so the core's ud_free only queues the key; the tables
+ * drop the queued keys at the next register_hook, remove or backward, where a state is at hand. The hooks run in
+ * the state that started the backward (m_backward sets it).
+ *
+ * How a function is held (so that one that refers to its own tensor, `t:register_hook(function(g) ... t ... end)`,
+ * is collected with it, as torch's collector frees that cycle): while the tensor is held by the box it was
+ * registered on and nothing else (no graph node, no other box, no C structure; its grad_fn, where it has one, held
+ * by it alone), nothing but that box can reach the hook, so the function is held through the box only (an
+ * ephemeron, weak keys {[box] = {[key] = fn}}): a cycle box -> fn -> box is collected. Otherwise it is held from the
+ * registry (hook_fns[key] = fn). The core says when such a tensor gains a second reference (fl_set_hooks_shared):
+ * hooks_shared pins its functions at once, without allocating (hook_fns[key] holds false for a weak one, so the
+ * slot exists), on a thread of this state kept for it; the tensor's box is on some stack or reachable when that
+ * happens, so the function is still there. Back to one reference, the key is queued and push_hook_fns makes it weak
+ * again where the box is still the one holder. */
+static const char hook_fns_key = 0;    /* {[key] = fn (held) | false (held through its box)} */
+static const char hook_weak_key = 0;   /* weak values {[key] = fn}: finds a weak one's function */
+static const char hook_eph_key = 0;    /* weak keys {[box] = {[key] = fn}}: a weak one's hold */
 static _Thread_local lua_State *hook_L;
+static _Thread_local lua_State *pin_L;   /* a thread of the hooks' state, never run: the pins' stack room */
+static const char pin_thread_key = 0;   /* the registry's anchor of pin_L */
 static _Thread_local uint64_t next_hook_key;
-static _Thread_local uint64_t *unref_q;
-static _Thread_local size_t unref_n, unref_cap;
+static _Thread_local uint64_t *unref_q, *unshare_q;
+static _Thread_local size_t unref_n, unref_cap, unshare_n, unshare_cap;
 
-static void hook_ud_free(void *ud) {
-    if (unref_n == unref_cap) {
-        size_t cap = unref_cap ? 2 * unref_cap : 16;
-        uint64_t *q = realloc(unref_q, cap * sizeof *q);
-        if (!q) return;   /* out of memory: the function stays in the table (a few bytes) */
-        unref_q = q;
-        unref_cap = cap;
+static void queue_key(uint64_t **q, size_t *n, size_t *cap, uint64_t key) {
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        uint64_t *nq = realloc(*q, c * sizeof *nq);
+        if (!nq) return;   /* out of memory: an unref leaves a few bytes in the table, an unshare a strong hold */
+        *q = nq;
+        *cap = c;
     }
-    unref_q[unref_n++] = (uint64_t)(uintptr_t)ud;
+    (*q)[(*n)++] = key;
+}
+
+static void hook_ud_free(void *ud) { queue_key(&unref_q, &unref_n, &unref_cap, (uint64_t)(uintptr_t)ud); }
+
+/* fl_set_hooks_shared's callback: t's Lua hooks held strongly now (shared), or queued for a check (not). No
+ * allocation, no error: it runs inside the core. */
+static void hooks_shared(fl_tensor *t, bool shared) {
+    lua_State *P = pin_L;
+    if (!P) return;
+    fl_grad_hooks *lists[2] = { t->hooks, t->post_hooks };
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; lists[l] && i < lists[l]->n; i++) {
+            if (lists[l]->v[i].ud_free != hook_ud_free) continue;   /* not a Lua hook */
+            const lua_Integer key = (lua_Integer)(uintptr_t)lists[l]->v[i].ud;
+            if (!shared) { queue_key(&unshare_q, &unshare_n, &unshare_cap, (uint64_t)key); continue; }
+            lua_rawgetp(P, LUA_REGISTRYINDEX, &hook_fns_key);
+            if (lua_rawgeti(P, -1, key) == LUA_TBOOLEAN) {   /* weak: hook_fns[key] = the function */
+                lua_rawgetp(P, LUA_REGISTRYINDEX, &hook_weak_key);
+                if (lua_rawgeti(P, -1, key) == LUA_TNIL) lua_pop(P, 1);
+                else lua_rawseti(P, -4, key);   /* an existing key: no allocation */
+                lua_pop(P, 1);
+            }
+            lua_pop(P, 2);
+        }
 }
 
 /* A post-accumulate-grad hook's tensor as registered (the box), held weakly under the hook's key: the hook gets the
- * very object it was registered on while Lua holds it (torch's, so a table keyed by parameters finds it). */
+ * very object it was registered on while Lua holds it (torch's, so a table keyed by parameters finds it); every
+ * hook's box, for the weak holds above. */
 static const char post_boxes_key = 0;
 
-/* Pushes the registry table at key (made on first use; weak values when weak). */
-static void push_reg_table(lua_State *L, const void *key, bool weak) {
+/* Pushes the registry table at key (made on first use; mode "k" or "v" for a weak one, NULL for none). */
+static void push_reg_table(lua_State *L, const void *key, const char *mode) {
     if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
     lua_pop(L, 1);
     lua_newtable(L);
-    if (weak) {
+    if (mode) {
         lua_createtable(L, 0, 1);
-        lua_pushliteral(L, "v");
+        lua_pushstring(L, mode);
         lua_setfield(L, -2, "__mode");
         lua_setmetatable(L, -2);
     }
@@ -108,18 +148,74 @@ static void push_reg_table(lua_State *L, const void *key, bool weak) {
     lua_rawsetp(L, LUA_REGISTRYINDEX, key);
 }
 
-/* Pushes the state's table of hook functions (made on first use) after dropping the queued keys. */
+/* Whether hook key's function may be held through its box: the box registered on still holds the tensor, which
+ * nothing else holds, and whose grad_fn (where it has one) nothing but it holds. boxes: the boxes' table. */
+static bool hook_unshared(lua_State *L, int boxes, lua_Integer key) {
+    bool yes = false;
+    lua_rawgeti(L, boxes, key);
+    fl_tensor **slot = luaL_testudata(L, -1, FL_TENSOR_MT);
+    fl_tensor *t = slot ? *slot : NULL;
+    if (t && t->refcount == 1 && (!t->grad_fn || t->grad_fn->refcount == 1)) {
+        fl_grad_hooks *lists[2] = { t->hooks, t->post_hooks };
+        for (int l = 0; l < 2 && !yes; l++)
+            for (size_t i = 0; lists[l] && i < lists[l]->n && !yes; i++)
+                yes = lists[l]->v[i].ud_free == hook_ud_free && (lua_Integer)(uintptr_t)lists[l]->v[i].ud == key;
+    }
+    lua_pop(L, 1);
+    return yes;
+}
+
+/* __gc of the pins' anchor (the state is closing): no pins after it, the thread goes with the state */
+static int pin_anchor_gc(lua_State *L) {
+    (void)L;
+    pin_L = NULL;
+    fl_set_hooks_shared(NULL);
+    return 0;
+}
+
+/* Pushes the state's table of hook functions (made on first use) after dropping the queued keys and making the
+ * queued ones weak where they may be (pin_L and the core's callback set up on first use). */
 static void push_hook_fns(lua_State *L) {
-    push_reg_table(L, &post_boxes_key, true);
-    push_reg_table(L, &hook_fns_key, false);
+    if (!pin_L) {
+        lua_State *P = lua_newthread(L);
+        lua_checkstack(P, 8);   /* the pins' room, taken now: a pin must not allocate */
+        lua_newuserdatauv(L, 1, 1);   /* the anchor: holds the thread; its __gc (at lua_close) ends the pins */
+        lua_insert(L, -2);
+        lua_setiuservalue(L, -2, 1);
+        lua_createtable(L, 0, 1);
+        lua_pushcfunction(L, pin_anchor_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_setmetatable(L, -2);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &pin_thread_key);   /* anchored for the state's life */
+        push_reg_table(L, &hook_fns_key, NULL);
+        push_reg_table(L, &hook_weak_key, "v");
+        lua_pop(L, 2);
+        pin_L = P;
+        fl_set_hooks_shared(hooks_shared);
+    }
+    push_reg_table(L, &hook_eph_key, "k");
+    push_reg_table(L, &post_boxes_key, "v");
+    push_reg_table(L, &hook_weak_key, "v");
+    push_reg_table(L, &hook_fns_key, NULL);   /* -1 fns, -2 weak, -3 boxes, -4 eph */
     for (size_t i = 0; i < unref_n; i++) {
-        lua_pushnil(L);
-        lua_rawseti(L, -2, (lua_Integer)unref_q[i]);
-        lua_pushnil(L);
-        lua_rawseti(L, -3, (lua_Integer)unref_q[i]);
+        const lua_Integer k = (lua_Integer)unref_q[i];
+        if (lua_rawgeti(L, -3, k) != LUA_TNIL && lua_rawget(L, -5) == LUA_TTABLE) {   /* eph[box][k] = nil */
+            lua_pushnil(L);
+            lua_rawseti(L, -2, k);
+        }
+        lua_pop(L, 1);
+        for (int j = -1; j >= -3; j--) { lua_pushnil(L); lua_rawseti(L, j - 1, k); }
     }
     unref_n = 0;
-    lua_remove(L, -2);
+    for (size_t i = 0; i < unshare_n; i++) {
+        const lua_Integer k = (lua_Integer)unshare_q[i];
+        const bool held = lua_rawgeti(L, -1, k) == LUA_TFUNCTION;
+        lua_pop(L, 1);
+        if (held && hook_unshared(L, lua_absindex(L, -3), k)) { lua_pushboolean(L, 0); lua_rawseti(L, -2, k); }
+    }
+    unshare_n = 0;
+    lua_replace(L, -4);
+    lua_pop(L, 2);
 }
 
 /* The start of a Lua hook's call (key ud): its function pushed on the backward's state *Lp; *top the height to
@@ -131,7 +227,13 @@ static fl_status hook_fn_push(lua_State **Lp, void *ud, int *top, bool *pushed) 
     if (!lua_checkstack(L, 5)) return FL_ERR(FL_ENOMEM, "backward: no Lua stack left for a tensor's hook");
     *top = lua_gettop(L);
     push_hook_fns(L);
-    *pushed = lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud) != LUA_TNIL;
+    if (lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud) == LUA_TBOOLEAN) {   /* held through its box */
+        lua_pop(L, 1);
+        push_reg_table(L, &hook_weak_key, "v");
+        lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud);
+        lua_remove(L, -2);
+    }
+    *pushed = !lua_isnil(L, -1);
     if (!*pushed) lua_settop(L, *top);
     else lua_remove(L, -2);
     return FL_OK;
@@ -237,7 +339,7 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
     bool pushed;
     fl_status st = hook_fn_push(&L, ud, &top, &pushed);
     if (st != FL_OK || !pushed) return st;
-    push_reg_table(L, &post_boxes_key, true);
+    push_reg_table(L, &post_boxes_key, "v");
     lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud);
     lua_remove(L, -2);
     if (fl_ltotensor(L, -1) != t) { lua_pop(L, 1); fl_lpushretained(L, t); }
@@ -270,26 +372,47 @@ static uint64_t hook_register(lua_State *L, const char *fname, bool box, fl_tens
     (*h)->id = 0;
     luaL_setmetatable(L, HOOK_HANDLE_MT);
     const uint64_t key = ++next_hook_key;
-    push_hook_fns(L);
+    const lua_Integer k = (lua_Integer)key;
+    (void)box;   /* every hook's box is kept (weakly): a post-accumulate-grad hook gets it back */
+    push_hook_fns(L);                            /* 4 */
     lua_pushvalue(L, 2);
-    lua_rawseti(L, -2, (lua_Integer)key);
-    lua_pop(L, 1);
-    if (box) {
-        push_reg_table(L, &post_boxes_key, true);
-        lua_pushvalue(L, 1);
-        lua_rawseti(L, -2, (lua_Integer)key);
+    lua_rawseti(L, 4, k);                        /* held from the registry; hook_settle may hold it through t's box */
+    push_reg_table(L, &hook_weak_key, "v");      /* 5 */
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, 5, k);
+    push_reg_table(L, &post_boxes_key, "v");     /* 6 */
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, 6, k);
+    push_reg_table(L, &hook_eph_key, "k");       /* 7 */
+    lua_pushvalue(L, 1);
+    if (lua_rawget(L, 7) != LUA_TTABLE) {        /* 8: the box's {[key] = fn} */
         lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, 1);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, 7);
     }
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, 8, k);
+    lua_settop(L, 3);                            /* the handle */
     return key;
 }
 
 /* t:register_hook(fn) -> handle: fn(grad) runs when a backward has t's gradient (fl_tensor_add_grad_hook); it
  * returns nothing or the gradient to use instead. handle:remove() takes it out. */
+/* After the core took hook key: held through its box where nothing else holds the tensor (push_hook_fns checks). */
+static void hook_settle(lua_State *L, uint64_t key) {
+    queue_key(&unshare_q, &unshare_n, &unshare_cap, key);
+    push_hook_fns(L);
+    lua_pop(L, 1);
+}
+
 static int m_register_hook(lua_State *L) {
     fl_tensor *t;
     hook_handle *h;
     const uint64_t key = hook_register(L, "register_hook", false, &t, &h);
     fl_lcheck(L, fl_tensor_add_grad_hook(t, lua_grad_hook, (void *)(uintptr_t)key, hook_ud_free, &h->id, &h->list));
+    hook_settle(L, key);
     return 1;
 }
 
@@ -301,6 +424,7 @@ static int m_register_post_accumulate_grad_hook(lua_State *L) {
     const uint64_t key = hook_register(L, "register_post_accumulate_grad_hook", true, &t, &h);
     fl_lcheck(L, fl_tensor_add_post_accumulate_grad_hook(t, lua_post_hook, (void *)(uintptr_t)key, hook_ud_free,
                                                          &h->id, &h->list));
+    hook_settle(L, key);
     return 1;
 }
 

@@ -155,6 +155,7 @@ int luaopen_fp8_core(lua_State *L) {
       for (const char *const *k = (const char *const[]){ "save_file", "load_file", "safe_open", NULL }; *k; k++) {
           lua_getfield(L, -1, *k); lua_setfield(L, -3, *k); }
       lua_pop(L, 1); }
+    { int luaopen_fp8_luarng(lua_State *L); luaL_requiref(L, "fp8._luarng", luaopen_fp8_luarng, 0); lua_pop(L, 1); }  /* l_luarng.c: math.random's state */
     fl_lopen_tensor(L);
     fl_lopen_autograd(L);   /* l_autograd.c: t:backward(), t.grad, fp8.no_grad, autocast */
     fl_lopen_nn(L);         /* l_nn.c: the C NN ops as core._nn (fp8.nn.functional re-exports them) */

@@ -60,6 +60,17 @@ static int l_silu_bf16(lua_State *L) {
     return 1;
 }
 
+/* rms_norm_fwd(x, w or nil, eps) → y, or nil where the device has no one-pass form (internal: F.rms_norm's) */
+static int l_rms_norm_fwd(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1), *w = lua_isnoneornil(L, 2) ? NULL : fl_lchecktensor(L, 2);
+    const double eps = luaL_checknumber(L, 3);
+    no_extra(L, 4, "rms_norm");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_rms_norm_fwd(slot, x, w, eps));
+    if (!*slot) lua_pushnil(L);
+    return 1;
+}
+
 /* gelu(x [, "none"|"tanh"]) */
 static int l_gelu(lua_State *L) {
     static const char *const names[] = { "none", "tanh", NULL };
@@ -88,26 +99,15 @@ static int check_dim(lua_State *L, int arg, const fl_tensor *t, const char *fnam
     return d > 0 ? (int)d - 1 : n + (int)d;
 }
 
-/* softmax over any dim: the kernels work on the last one, so other dims go through differentiable
- * transposes. */
+/* softmax over any dim (core/nn.c's fl_softmax_dim) */
 static int softmax_any(lua_State *L, int log) {
     const char *fname = log ? "log_softmax" : "softmax";
     fl_tensor *x = fl_lchecktensor(L, 1);
     if (x->ndim == 0) return luaL_error(L, "%s: expected a tensor with at least 1 dim, got a 0-d tensor", fname);
     int d = lua_isnoneornil(L, 2) ? x->ndim - 1 : check_dim(L, 2, x, fname);
     no_extra(L, 3, fname);
-    fl_status (*fn)(fl_tensor **, const fl_tensor *) = log ? fl_log_softmax : fl_softmax;
-    if (d == x->ndim - 1) {
-        fl_tensor **slot = fl_lnewbox(L);
-        FL_LCALL(L, fn(slot, x));
-        return 1;
-    }
-    fl_tensor **t1 = fl_lnewbox(L);
-    FL_LCALL(L, fl_transpose(t1, x, d, -1));
-    fl_tensor **t2 = fl_lnewbox(L);
-    FL_LCALL(L, fn(t2, *t1));
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_transpose(slot, *t2, d, -1));
+    FL_LCALL(L, fl_softmax_dim(slot, x, d, log));
     return 1;
 }
 static int l_softmax(lua_State *L) { return softmax_any(L, 0); }
@@ -441,7 +441,8 @@ static int l_matmul_wide(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16}, {"gelu", l_gelu}, {"softmax", l_softmax},
+    {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16},
+    {"rms_norm_fwd", l_rms_norm_fwd}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"_add_layer_norm", l_add_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},
     {"_channel_norm", l_channel_norm}, {"_batch_norm_eval", l_batch_norm_eval}, {"_embedding_bag", l_embedding_bag},

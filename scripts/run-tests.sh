@@ -12,14 +12,27 @@ if [ "$MODE" = gpu ]; then
 else
   # The C tests run beside the specs (the machine's second core is idle through much of the specs, which are mostly
   # one Lua thread); their report is printed when the specs are done.
+  # A run stopped early (Ctrl-C, a TERM from CI's timeout) stops test_core too and prints what it had written (which
+  # C tests passed; a hung one is the next): before stop 96 its report was deleted unseen and a TERM left it running.
   clog=$(mktemp)
   t0=$SECONDS
-  ( s=$SECONDS; "$B/test_core" > "$clog" 2>&1; c=$?; echo $((SECONDS - s)) > "$clog.t"; exit $c ) &
+  ( trap 'kill "$tc" 2>/dev/null; wait "$tc"; exit 143' TERM
+    s=$SECONDS; "$B/test_core" > "$clog" 2>&1 & tc=$!
+    wait "$tc"; c=$?; echo $((SECONDS - s)) > "$clog.t"; exit $c ) &
   cpid=$!
-  trap 'kill "$cpid" 2>/dev/null; rm -f "$log" "$clog" "$clog.t"' EXIT   # (an interrupted run leaves no C tests)
+  shown=0
+  stop_c() {
+    if [ "$shown" = 0 ]; then
+      kill "$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null
+      echo "(the run was stopped before the C core tests ended; what they printed:)"; cat "$clog"
+    fi
+    rm -f "$log" "$clog" "$clog.t"
+  }
+  trap stop_c EXIT; trap 'exit 130' INT; trap 'exit 143' TERM
   "$B/fp8lab" tests/busted.lua tests/spec 2>&1 | tee -a "$log" || rc=1
   t1=$SECONDS
   wait "$cpid" || rc=1
+  shown=1
   tee -a "$log" < "$clog"
   times="C core tests $(cat "$clog.t" 2>/dev/null || echo '?') s beside the busted specs $((t1 - t0)) s; $((SECONDS - t0)) s in all"
 fi

@@ -5,6 +5,7 @@
 #include "cpu_internal.h"
 #include "cpu_vmath.h"
 #include "cpu_vpow.h"
+#include "hypot1.h"
 #include <math.h>
 #include <string.h>
 
@@ -68,6 +69,48 @@ static inline float remainder1(float x, float y) {   /* torch's: fmod moved by y
     return m != 0.0f && ((y < 0.0f) != (m < 0.0f)) ? m + y : m;
 }
 
+/* hypot(a, b) correctly rounded (hypot1.h): √(a² + b²) in double, vectorised, a block at a time written through r so
+ * that d may be a or b; a block where a result is flagged (NaN, subnormal, 0, or near a midpoint between two floats:
+ * about 1 in 10^8 ordinary pairs) takes fl_hypot1 for its elements. b is the number s where b is NULL. */
+#define HYPOT_BLOCK 256
+static inline __attribute__((always_inline)) void hypot_run_t(const float *a, const float *b, float s, float *d,
+                                                              int64_t n) {
+    for (int64_t i0 = 0; i0 < n; i0 += HYPOT_BLOCK) {
+        const int64_t m = n - i0 < HYPOT_BLOCK ? n - i0 : HYPOT_BLOCK;
+        const float *ab = a + i0, *bb = b ? b + i0 : NULL;
+        float r[HYPOT_BLOCK];
+        int any = 0;
+        if (bb) {
+            _Pragma("omp simd reduction(|:any)")
+            for (int64_t i = 0; i < m; i++) {
+                const double x = fabs((double)ab[i]), y = fabs((double)bb[i]), h = fl_hypot_root(x, y);
+                const bool inf = x == INFINITY || y == INFINITY;
+                r[i] = inf ? INFINITY : (float)h;
+                any |= fl_hypot_hard(h) & !inf;
+            }
+        } else {
+            const double y = fabs((double)s);
+            _Pragma("omp simd reduction(|:any)")
+            for (int64_t i = 0; i < m; i++) {
+                const double x = fabs((double)ab[i]), h = fl_hypot_root(x, y);
+                const bool inf = x == INFINITY || y == INFINITY;
+                r[i] = inf ? INFINITY : (float)h;
+                any |= fl_hypot_hard(h) & !inf;
+            }
+        }
+        if (any)
+            for (int64_t i = 0; i < m; i++) r[i] = fl_hypot1(ab[i], bb ? bb[i] : s);
+        memcpy(d + i0, r, (size_t)m * sizeof *d);
+    }
+}
+static void hypot_run_256(const float *a, const float *b, float s, float *d, int64_t n) { hypot_run_t(a, b, s, d, n); }
+FL_CPU_AVX512 static void hypot_run_512(const float *a, const float *b, float s, float *d, int64_t n) {
+    hypot_run_t(a, b, s, d, n);
+}
+static void hypot_run(const float *a, const float *b, float s, float *d, int64_t n) {
+    if (fl_cpu_avx512()) hypot_run_512(a, b, s, d, n); else hypot_run_256(a, b, s, d, n);
+}
+
 #define EW_LOOP(expr)                                              \
     do {                                                           \
         _Pragma("omp simd")                                        \
@@ -93,6 +136,7 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
     case FL_OP_ATAN2: for (int64_t i = 0; i < n; i++) d[i] = atan21(a[i], b[i]); break;
     case FL_OP_FMOD: for (int64_t i = 0; i < n; i++) d[i] = fmodf(a[i], b[i]); break;
     case FL_OP_REMAINDER: for (int64_t i = 0; i < n; i++) d[i] = remainder1(a[i], b[i]); break;
+    case FL_OP_HYPOT: hypot_run(a, b, 0.0f, d, n); break;
     default: EW_LOOP(CMP(a[i] >= b[i])); break;   /* FL_OP_GE */
     }
 }
@@ -188,6 +232,7 @@ static inline void scalar_run_f(fl_binop op, const float *a, float s, double sd,
         if (first) for (int64_t i = 0; i < n; i++) d[i] = remainder1(s, a[i]);
         else for (int64_t i = 0; i < n; i++) d[i] = remainder1(a[i], s);
         break;
+    case FL_OP_HYPOT: hypot_run(a, NULL, s, d, n); break;   /* symmetric: first or not */
     default: if (first) EW_LOOP(CMP(s >= a[i])); else EW_LOOP(CMP(a[i] >= s)); break;   /* FL_OP_GE */
     }
 }

@@ -38,6 +38,9 @@ static inline bool fl_cpu_avx512_bf16(void) {
  * sum is its own, so the vector width changes no bit; 16 lanes where `wide` (fl_cpu_avx512(), which the caller asks
  * once, not per row), half the conversions. */
 void fl_cpu_add_row_f64(double *ps, const float *row, int64_t n, bool wide);
+/* Σ x[i]·x[i] of a run (each square rounded to fp32) in double, in reduce's lanes (cpu_reduce.c): the sum that
+ * sum(dim) or mean(dim) gives the run's squares (a row's sum is 0 + this; its mean (0 + this) / n). */
+double fl_cpu_sum_sq_f64(const float *x, int64_t n);
 
 /* max |v| (NaN ignored, fl_amax_f32's) over the values each task t < ntasks makes: the first pass of current scaling
  * over values that are made, not stored (GELU, its derivative, LayerNorm's output). amax(ctx, t, buf, lo) returns

@@ -73,6 +73,12 @@ void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
 void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
 void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
 void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+/* F.rms_norm's forward over the last dim (device.h's rms_norm_fwd), w NULL: none */
+void fl_cpu_rms_norm_fwd(const float *x, const float *w, float *y, int64_t rows, int64_t cols, double eps);
+/* The same over the middle dim of [outer, size, inner], each column given the bits the above give it as a row. */
+void fl_cpu_softmax_dim_fwd(bool log, const float *x, float *y, int64_t outer, int64_t size, int64_t inner);
+void fl_cpu_softmax_dim_bwd(bool log, const float *y, const float *dy, float *dx, int64_t outer, int64_t size,
+                            int64_t inner);
 /* Cross-entropy of logits [rows, cols] with integer class targets (0-based, stored as float; a target
  * equal to ignore_index contributes nothing), label smoothing eps (PyTorch semantics: target
  * distribution (1-eps)·onehot + eps/cols), mean over non-ignored rows. Returns the loss in *loss and

@@ -32,6 +32,15 @@ fl_status fl_cpu_dev_softmax_bwd(bool log, const float *y, const float *dy, floa
     if (log) fl_cpu_log_softmax_bwd(y, dy, dx, rows, cols); else fl_cpu_softmax_bwd(y, dy, dx, rows, cols);
     return FL_OK;
 }
+fl_status fl_cpu_dev_softmax_dim_fwd(bool log, const float *x, float *y, int64_t outer, int64_t size, int64_t inner) {
+    fl_cpu_softmax_dim_fwd(log, x, y, outer, size, inner);
+    return FL_OK;
+}
+fl_status fl_cpu_dev_softmax_dim_bwd(bool log, const float *y, const float *dy, float *dx, int64_t outer, int64_t size,
+                                     int64_t inner) {
+    fl_cpu_softmax_dim_bwd(log, y, dy, dx, outer, size, inner);
+    return FL_OK;
+}
 /* cpu_nn.h's cross-entropy and embedding kernels already have the entries' signatures. */
 fl_status fl_cpu_dev_cross_entropy_fwd(const float *logits, const float *target, int64_t rows, int64_t cols,
                                        int64_t ignore_index, float label_smoothing, double *loss, int64_t *count) {
@@ -238,4 +247,8 @@ fl_status fl_cpu_dev_chnorm_eval(const float *x, const float *mean, const float 
 fl_status fl_cpu_dev_chnorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                                 float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G) {
     return fl_cpu_chnorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, P, G);
+}
+fl_status fl_cpu_dev_rms_norm_fwd(const float *x, const float *w, float *y, int64_t rows, int64_t cols, double eps) {
+    fl_cpu_rms_norm_fwd(x, w, y, rows, cols, eps);
+    return FL_OK;
 }

@@ -366,3 +366,26 @@ void fl_cpu_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t 
         }
     }
 }
+
+/* RMSNorm's forward with nothing to record (device.h's rms_norm_fwd): per row, ms = mean(x·x) as reduce's mean of the
+ * squares' tensor gives it ((0 + Σ) / cols in double, rounded once), r = 1/√(ms + (float)eps) in rsqrt's two
+ * roundings, then y = (x·r)·w, each product rounded: the bits of lua/fp8/nn/functional.lua's composite, which made
+ * five passes over x's size (x·x, its mean, x·r, ·w, and the tensors between): 1.8× torch's. Rows split among
+ * threads, each row's result its own. */
+void fl_cpu_rms_norm_fwd(const float *x, const float *w, float *y, int64_t rows, int64_t cols, double eps) {
+    const float e = (float)eps;
+    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        const float ms = (float)((0.0 + fl_cpu_sum_sq_f64(xr, cols)) / (double)cols);
+        const float rs = 1.0f / sqrtf(ms + e);
+        if (w) {
+            #pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] * rs) * w[j];
+        } else {
+            #pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yr[j] = xr[j] * rs;
+        }
+    }
+}

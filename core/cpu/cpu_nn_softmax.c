@@ -40,6 +40,23 @@ static inline float row_exp_sum(const float *x, float *y, int64_t n, float m) {
     return s;
 }
 
+/* Σ y[j]·g[j] (y NULL: Σ g[j]) in the lanes' order, each product rounded to fp32: the backward passes' sums. They
+ * were `omp simd reduction(+)` loops, whose order GCC's -O2 made this one (one 8-lane vector from 0, the last n mod 8
+ * added to lane 0, then 0 + lane 0 + ... + lane 7: read in its code), now spelled out so that the columns' kernels
+ * below give the same bits and the sanitizer's -O1 build no other ones. */
+static inline __attribute__((always_inline)) float row_dot(const float *y, const float *g, int64_t n) {
+    float lane[8] = { 0 };
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) {
+        #pragma omp simd
+        for (int l = 0; l < 8; l++) lane[l] += y ? y[j + l] * g[j + l] : g[j + l];
+    }
+    for (int64_t j = n8; j < n; j++) lane[0] += y ? y[j] * g[j] : g[j];
+    float s = 0.0f;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s;
+}
+
 /* Σ v(j) over a row in the lanes' order, in double (v: exp(x[j] - m), or x[j] for the smoothing term) */
 static inline double row_sumexp(const float *x, int64_t n, float m) {
     double lane[8] = { 0 };
@@ -223,9 +240,7 @@ void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t j = 0; j < cols; j++) s += yr[j] * gr[j];
+        const float s = row_dot(yr, gr, cols);
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) dr[j] = yr[j] * (gr[j] - s);
     }
@@ -260,11 +275,170 @@ void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t 
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t j = 0; j < cols; j++) s += gr[j];
+        const float s = row_dot(NULL, gr, cols);
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) dr[j] = gr[j] - fl_nn_expf(yr[j]) * s;
+    }
+}
+
+/* ---- along a dim with a stride ---------------------------------------------------------------------------- */
+
+/* Softmax over the middle dim of [outer, size, inner]: each column (o, c) gets the bits the row kernels above give
+ * it as a row, without the transposed copies around them (x [4096, 1024] along dim 1, forward + backward: four
+ * whole-tensor copies). A tile of w columns (a multiple of 16, its size·w inputs about COL_TILE_BYTES so that they
+ * stay in L2 between the passes) is walked row by row, each pass vectorised across the columns: the max
+ * (x > m ? x : m, the rows' test; a max is the same in any order but for a zero's sign, which no result reads:
+ * row_max16's comment), e = exp(x − m) (fl_nn_expf's operations, which expf16 repeats), its sum in the rows' lane
+ * order (element i into lane i mod 8 for the column's whole eights, the rest into lane 0 in turn, then
+ * 0 + lane 0 + ... + lane 7; lanes in double for log-softmax), then y = e·(1/s) or (x − m) − (float)log s. The
+ * backward's sums (row_dot's) the same way. The first pass asks for the tile's rows COL_AHEAD ahead: a row of the
+ * tile starts a page of its own once inner·4 reaches 4 KB, where the hardware's prefetchers stop. */
+#define COL_MAX 256
+#define COL_MIN 64
+#define COL_TILE_BYTES (1 << 20)
+#define COL_AHEAD 8
+
+static int64_t col_width(int64_t size) {
+    int64_t w = COL_TILE_BYTES / 4 / (size > 0 ? size : 1) / 16 * 16;
+    return w < COL_MIN ? COL_MIN : w > COL_MAX ? COL_MAX : w;
+}
+
+static inline __attribute__((always_inline)) void col_ahead(const float *p, int64_t w) {
+    for (int64_t c = 0; c < w; c += 16) __builtin_prefetch(p + c);
+}
+
+static inline __attribute__((always_inline)) void cols_fwd(bool log_, const float *x, float *y, int64_t size,
+                                                           int64_t st, int64_t w) {
+    float m[COL_MAX], a[COL_MAX], lane[8][COL_MAX];
+    double dlane[8][COL_MAX];
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int64_t c = 0; c < w; c++) m[c] = -INFINITY;
+    for (int64_t i = 0; i < size; i++) {
+        const float *xr = x + i * st;
+        if (i + COL_AHEAD < size) col_ahead(xr + COL_AHEAD * st, w);
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) m[c] = xr[c] > m[c] ? xr[c] : m[c];
+    }
+    if (log_) {
+        for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
+        for (int64_t i = 0; i < size; i++) {
+            const float *xr = x + i * st;
+            double *ln = dlane[i < n8 ? (i & 7) : 0];
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) ln[c] += (double)fl_nn_expf(xr[c] - m[c]);
+        }
+        for (int64_t c = 0; c < w; c++) {
+            double s = 0.0;
+            for (int l = 0; l < 8; l++) s += dlane[l][c];
+            a[c] = (float)log(s);
+        }
+        for (int64_t i = 0; i < size; i++) {
+            const float *xr = x + i * st;
+            float *yr = y + i * st;
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) yr[c] = (xr[c] - m[c]) - a[c];
+        }
+        return;
+    }
+    for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) lane[l][c] = 0.0f;
+    for (int64_t i = 0; i < size; i++) {
+        const float *xr = x + i * st;
+        float *ln = lane[i < n8 ? (i & 7) : 0];
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) ln[c] += fl_nn_expf(xr[c] - m[c]);
+    }
+    for (int64_t c = 0; c < w; c++) {
+        float s = 0.0f;
+        for (int l = 0; l < 8; l++) s += lane[l][c];
+        a[c] = 1.0f / s;
+    }
+    for (int64_t i = 0; i < size; i++) {   /* e again (the same bits) rather than kept: the tile's x alone in L2 */
+        const float *xr = x + i * st;
+        float *yr = y + i * st;
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) yr[c] = fl_nn_expf(xr[c] - m[c]) * a[c];
+    }
+}
+
+/* dx = y ⊙ (dy − Σ y·dy) (softmax) or dy − exp(y)·Σ dy (log-softmax) down each column, the sums row_dot's */
+static inline __attribute__((always_inline)) void cols_bwd(bool log_, const float *y, const float *g, float *dx,
+                                                           int64_t size, int64_t st, int64_t w) {
+    float s[COL_MAX], lane[8][COL_MAX];
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) lane[l][c] = 0.0f;
+    for (int64_t i = 0; i < size; i++) {
+        const float *yr = y + i * st, *gr = g + i * st;
+        float *ln = lane[i < n8 ? (i & 7) : 0];
+        if (i + COL_AHEAD < size) { col_ahead(gr + COL_AHEAD * st, w); if (!log_) col_ahead(yr + COL_AHEAD * st, w); }
+        if (log_) {
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) ln[c] += gr[c];
+        } else {
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) ln[c] += yr[c] * gr[c];
+        }
+    }
+    for (int64_t c = 0; c < w; c++) {
+        float t = 0.0f;
+        for (int l = 0; l < 8; l++) t += lane[l][c];
+        s[c] = t;
+    }
+    for (int64_t i = 0; i < size; i++) {
+        const float *yr = y + i * st, *gr = g + i * st;
+        float *dr = dx + i * st;
+        if (log_) {
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) dr[c] = gr[c] - fl_nn_expf(yr[c]) * s[c];
+        } else {
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) dr[c] = yr[c] * (gr[c] - s[c]);
+        }
+    }
+}
+
+static void cols_fwd256(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w) {
+    cols_fwd(log_, x, y, size, st, w);
+}
+static void cols_bwd256(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st, int64_t w) {
+    cols_bwd(log_, y, g, dx, size, st, w);
+}
+#ifdef __x86_64__
+FL_CPU_AVX512 static void cols_fwd512(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w) {
+    cols_fwd(log_, x, y, size, st, w);
+}
+FL_CPU_AVX512 static void cols_bwd512(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st,
+                                      int64_t w) {
+    cols_bwd(log_, y, g, dx, size, st, w);
+}
+#else
+#define cols_fwd512 cols_fwd256
+#define cols_bwd512 cols_bwd256
+#endif
+
+/* The tiles (o, columns [c0, c0 + w)) split among threads; each column's result is its own, so no bit depends on
+ * the thread count. */
+void fl_cpu_softmax_dim_fwd(bool log_, const float *x, float *y, int64_t outer, int64_t size, int64_t inner) {
+    const bool wide = fl_cpu_avx512();
+    const int64_t w = col_width(size), per = (inner + w - 1) / w, tiles = outer * per;
+    #pragma omp parallel for if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
+        const int64_t at = o * size * inner + c0;
+        if (wide) cols_fwd512(log_, x + at, y + at, size, inner, wc);
+        else cols_fwd256(log_, x + at, y + at, size, inner, wc);
+    }
+}
+
+void fl_cpu_softmax_dim_bwd(bool log_, const float *y, const float *dy, float *dx, int64_t outer, int64_t size,
+                            int64_t inner) {
+    const bool wide = fl_cpu_avx512();
+    const int64_t w = col_width(size), per = (inner + w - 1) / w, tiles = outer * per;
+    #pragma omp parallel for if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
+        const int64_t at = o * size * inner + c0;
+        if (wide) cols_bwd512(log_, y + at, dy + at, dx + at, size, inner, wc);
+        else cols_bwd256(log_, y + at, dy + at, dx + at, size, inner, wc);
     }
 }
 

@@ -4,7 +4,7 @@
 --   optimizer.safetensors (optimizer_1, ...)  moments in their own dtypes; groups and steps in metadata
 --   scheduler.json (scheduler_1, ...), scaler.json, custom_checkpoint_N.json   the small states
 --   custom_checkpoint_N.safetensors           the tensors in a registered object's state
---   random_states_<rank>.json                 each process's generator
+--   random_states_<rank>.json                 each process's generators: fp8's and Lua's math.random
 --   fp8lab_state.json                         version, step, data loader positions, resolved settings
 -- It is written as <dir>.tmp and renamed when complete, so a crash never leaves a partial <dir>.
 local unplaced = require("fp8.errfmt").unplaced   -- an error's text without its "file:line: "
@@ -883,7 +883,9 @@ function M.install(Accelerator)
     end
     local weights = {}
     settle(true, pcall(function()
-      C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)), C.json_encode({ fp8 = { C.rng_state() } }))
+      -- fp8's generator and Lua's math.random (Accelerate's random_states_<i> keeps torch's and Python's random)
+      C.write_atomic(join(tmp, ("random_states_%d.json"):format(rank)),
+        C.json_encode({ fp8 = { C.rng_state() }, math_random = require("fp8._luarng").state() }))
       -- the state dicts the model files are written from: on the main process, and on every process when hooks run
       local hooks = rawget(self, "_save_hooks") or {}
       if main or #hooks > 0 then
@@ -1189,6 +1191,15 @@ function M.install(Accelerator)
               type(v) == "string" and ("\"" .. v .. "\"") or tostring(v)), 0)
           end
         end
+        -- Lua's math.random (since stop 96; a checkpoint saved before has none, and math.random goes on from where it
+        -- is, as before)
+        local m = rs.math_random
+        if m ~= nil and (type(m) ~= "string" or #m ~= 64 or m:find("[^0-9a-f]") or not m:find("[^0]")) then
+          error(("load_state: %s: math_random is %s, expected the 64 hex digits of Lua's math.random state (not all "
+            .. "zero)"):format(rs_path, type(m) == "string" and ("\"" .. (#m > 70 and m:sub(1, 64) .. "..." or m)
+            .. "\"") or tostring(m)), 0)
+        end
+        if m ~= nil then require("fp8._luarng").state() end   -- the layout check: refused here, before anything moved
       end
       past_agreement = true
       local rok, rerr = agreed(true)   -- every process has read and checked everything
@@ -1204,7 +1215,10 @@ function M.install(Accelerator)
         error(all_err, 0)
       end
       for _, f in ipairs(loaders) do f() end
-      if rs then C.set_rng_state(rs.fp8[1], rs.fp8[2]) end
+      if rs then
+        C.set_rng_state(rs.fp8[1], rs.fp8[2])
+        if rs.math_random then require("fp8._luarng").set_state(rs.math_random) end
+      end
       self.step = st.step
       if st.micro_step then self.gradient_state.step = st.micro_step end
       local n = checkpoint_number(dir:match("([^/]+)$") or "")

@@ -70,6 +70,11 @@ add_all {
     doc = "torch's: the generator's state (32 hex digits: seed, counter; torch's is a ByteTensor), which set_rng_state\n"
        .. "puts back exactly (what acc:save_state keeps in random_states_<rank>.json); initial_seed() is the seed\n"
        .. "manual_seed or set_seed last set." },
+  { section = "Tensors", name = "get_math_random_state",
+    sig = "fp8.get_math_random_state() -> string / fp8.set_math_random_state(s)",
+    doc = "Lua's own math.random state (Python's random.getstate/setstate): xoshiro256**'s four words as 64 hex\n"
+       .. "digits, put back exactly by set_math_random_state; acc:save_state keeps it per process beside fp8's\n"
+       .. "generator. fp8.set_seed seeds math.random too; fp8.manual_seed does not (torch's)." },
   { section = "Tensors", name = "Tensor:matmul", sig = "x:matmul(w) -> Tensor",
     doc = "Matrix product with fp32 accumulation. Arithmetic works with + - * / ^ and :abs(),\n"
        .. ":neg(), :exp(), :log(), :sqrt(), :sign(), :tanh(), :sigmoid(), :max(), :item(), :numel(), :shape();\n"
@@ -83,8 +88,9 @@ add_all {
   { section = "Tensors", name = "Tensor:hypot",
     sig = "x:hypot(y) / :logaddexp2(y) / :floor_divide(y) / :true_divide(y) / :copysign(y) / :float_power(e) / "
        .. ":heaviside(values) / :frac() / :sinc() / :signbit() / :sgn() / :rad2deg() / :deg2rad()",
-    doc = "torch's, with its values at the edges: hypot without overflow in the squares (its gradient x/h right\n"
-       .. "for every finite pair, subnormal and huge ones too, where torch's is off; 0 at (0, 0)); log2(2^x + 2^y);\n"
+    doc = "torch's, with its values at the edges: hypot without overflow in the squares, correctly rounded on fp32\n"
+       .. "(its gradient x/h right for every finite pair, subnormal and huge ones too, where torch's is off; 0 at\n"
+       .. "(0, 0)); log2(2^x + 2^y);\n"
        .. "floor_divide from fmod (torch's rounding; x/0 where y is 0); copysign by the sign bit (-0 counts);\n"
        .. "float_power in double, rounded to fp32; heaviside 0/values/1; frac x - trunc(x); sinc sin(pi x)/(pi x)\n"
        .. "(its Taylor polynomial near 0, exact gradients there). Differentiable where torch's are; heaviside,\n"
@@ -325,7 +331,7 @@ add_all {
        .. "fp8.hist(h.grad, \"e5m2\") then shows how that gradient sits on the FP8 grid.\n"
        .. "t:register_hook(fn) -> handle: fn(grad) runs when backward has t's gradient (a leaf's summed over its\n"
        .. "uses, before .grad) and returns nothing or the gradient to use instead; handle:remove() takes it out\n"
-       .. "(a hook that refers to its own tensor keeps both alive until removed: unlike torch's, never collected).\n"
+       .. "(a hook that refers to its own tensor is collected with it, as torch's; before stop 96 it kept both).\n"
        .. "p:register_post_accumulate_grad_hook(fn) -> handle: fn(p) runs after backward has added a leaf's\n"
        .. "gradient into p.grad (an optimizer per parameter can step there: optimizer-in-backward).\n"
        .. "loss:backward{inputs = {w, h}} fills only their .grad (torch's inputs=); {retain_graph=true} keeps\n"
@@ -586,6 +592,7 @@ also("Tensor:isnan", { "Tensor:isinf", "Tensor:isfinite", "Tensor:logical_not", 
                        "Tensor:nonzero", "Tensor:argwhere" })
 also("Tensor:logsumexp", { "Tensor:norm" })
 also("get_rng_state", { "set_rng_state", "initial_seed" })
+also("get_math_random_state", { "set_math_random_state" })
 also("Tensor:prod", { "Tensor:cumprod", "prod", "cumprod" })
 also("Tensor:mm", { "Tensor:bmm", "Tensor:outer", "Tensor:lerp" })
 also("Tensor:softmax", { "Tensor:log_softmax" })

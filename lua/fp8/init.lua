@@ -191,6 +191,28 @@ function fp8.initial_seed(...)
   return (math.tointeger(tonumber(seed:sub(1, 8), 16)) << 32) | math.tointeger(tonumber(seed:sub(9), 16))
 end
 
+-- get_math_random_state() / set_math_random_state(state): the same for Lua's own generator (math.random, Lua 5.4's
+-- xoshiro256**), which Lua's library cannot read: Python's random.getstate()/setstate(), which Accelerate's
+-- save_state keeps beside torch's generator, as acc:save_state keeps this beside fp8's. The state is a string of 64
+-- hex digits (the generator's four 64-bit words); set_math_random_state takes it back exactly, and the draws that
+-- follow are the ones that followed it. fp8.get_rng_state stays torch's (fp8's generator alone, as torch's leaves
+-- Python's random out). The C side (lua/l_luarng.c) checks the layout of Lua's state before each read or write.
+local LUARNG = require "fp8._luarng"
+function fp8.get_math_random_state(...)
+  require("fp8.opts").no_more("get_math_random_state", "()", ...)
+  return LUARNG.state()
+end
+
+function fp8.set_math_random_state(state, ...)
+  require("fp8.opts").no_more("set_math_random_state", "(state)", ...)
+  if type(state) ~= "string" or #state ~= 64 or state:find("[^0-9a-fA-F]") or not state:find("[^0]") then
+    error(("set_math_random_state: expected the 64 hex digits fp8.get_math_random_state() returns (xoshiro256**'s "
+      .. "four 64-bit words, not all zero), got %s"):format(type(state) == "string"
+      and ("%q"):format(#state > 70 and state:sub(1, 64) .. "..." or state) or require("fp8.opts").got(state)), 2)
+  end
+  LUARNG.set_state(state)
+end
+
 -- release_memory(...): Accelerate's utility. Lua frees what nothing refers to, so the objects are handed
 -- back as nils to assign over the caller's names (`model, opt = fp8.release_memory(model, opt)`); then a
 -- full garbage collection, and the GPU allocator's cached blocks go back to the driver.

@@ -1013,7 +1013,8 @@ function Tensor.split(t, size, dim, ...)
 end
 
 -- t:square(), t:rsqrt(), t:reciprocal(): x·x, 1/√x, 1/x (differentiable; square and reciprocal made of mul and div;
--- rsqrt core/ops.h's FL_OP_RSQRT, the bits of 1 / x:sqrt() in one pass, its gradient torch's -0.5·g·y³).
+-- rsqrt core/ops.h's FL_OP_RSQRT, the bits of 1 / x:sqrt() in one pass, its gradient that graph's, -g/(2·√x³) from
+-- x rounded as it rounded it; not torch's -0.5·g·y³, which is further from the exact derivative: robustness.md).
 function Tensor.square(t, ...)
   check_not_fp8("square", check_self("square", t)); no_more("square", "no arguments", ...); return t * t
 end

@@ -137,6 +137,7 @@ static double f64_op(int op, double a, double b) {
     case FL_OP_ATAN2: return atan2(a, b);
     case FL_OP_FMOD: return fmod(a, b);
     case FL_OP_REMAINDER: { double m = fmod(a, b); return m != 0 && ((b < 0) != (m < 0)) ? m + b : m; }
+    case FL_OP_HYPOT: return hypot(a, b);
     default: return pow(a, b);   /* FL_OP_POW */
     }
 }

@@ -6,6 +6,7 @@
 #include "cpu/cpu_internal.h"
 #include "cpu/cpu_nn_internal.h"
 #include "error.h"
+#include "format.h"
 #include "half_cvt.h"
 #include "ops_raw.h"
 #include "rng.h"
@@ -138,6 +139,47 @@ TEST(nn_gelu_tanh_avx512_matches_avx2_bits) {
           first >= 0 ? (double)y[1][first] : 0.0, first >= 0 ? (double)dx[0][first] : 0.0, first >= 0 ? (double)dx[1][first] : 0.0);
     free(x); free(dy); free(y[0]); free(y[1]); free(dx[0]); free(dx[1]);
 }
+/* The exact GELU of a bf16 input by table (stop 96): every one of the 65536 bf16 patterns, in spans of several
+ * lengths at several offsets, gives the computed kernel's bits on the widened value (fl_cpu_gelu_fwd, each copy), as
+ * fp32 and rounded to bf16 (NaN payloads aside, as elsewhere). */
+TEST(nn_gelu_bf16_table_gives_the_kernels_bits) {
+    const int64_t n = 1 << 16;
+    uint16_t *b = malloc((size_t)n * 2), *y16 = malloc((size_t)n * 2);
+    float *xf = malloc((size_t)n * 4), *ref = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    REQUIRE(b && y16 && xf && ref && y, "out of memory");
+    for (int64_t i = 0; i < n; i++) b[i] = (uint16_t)((i * 40503) & 0xFFFF);   /* every pattern once, shuffled */
+    fl_bf16_to_f32_n(b, xf, (size_t)n);
+    for (int wide = 0; wide < 2; wide++) {
+        if (wide && !fl_cpu_avx512()) { fprintf(stderr, "  (AVX-512 copy skipped: no AVX-512 on this CPU)\n"); break; }
+        fl_cpu_avx512_allowed = wide;
+        fl_cpu_gelu_fwd(xf, ref, n, 0);
+        const int64_t offs[] = { 0, 1, 17, 1000 }, lens[] = { 1, 15, 1025, 3000 };
+        for (int k = 0; k < 4; k++) {
+            fl_cpu_act_fwd_bf16(FL_ACT_GELU, b + offs[k], y, NULL, lens[k]);
+            fl_cpu_act_fwd_bf16(FL_ACT_GELU, b + offs[k], NULL, y16, lens[k]);
+            for (int64_t i = 0; i < lens[k]; i++) {
+                const float want = ref[offs[k] + i];
+                uint16_t w16;
+                fl_f32_to_bf16_n(&want, &w16, 1);
+                const bool bad = (memcmp(&y[i], &want, 4) != 0 && !(isnan(y[i]) && isnan(want))) ||
+                                 (w16 != y16[i] && !(isnan(want) && (y16[i] & 0x7F80) == 0x7F80 && (y16[i] & 0x7F)));
+                if (bad) {
+                    CHECK(0, "wide %d: bf16 0x%04x gives %a / 0x%04x, the kernel %a / 0x%04x", wide, b[offs[k] + i],
+                          (double)y[i], y16[i], (double)want, w16);
+                    break;
+                }
+            }
+        }
+        fl_cpu_act_fwd_bf16(FL_ACT_GELU, b, y, NULL, n);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += memcmp(&y[i], &ref[i], 4) != 0 && !(isnan(y[i]) && isnan(ref[i]));
+        CHECK(bad == 0, "wide %d: %lld of the 65536 bf16 patterns give other bits than the kernel", wide,
+              (long long)bad);
+    }
+    fl_cpu_avx512_allowed = true;
+    free(b); free(y16); free(xf); free(ref); free(y);
+}
+
 TEST(nn_gelu_tanh_special) {
     float x[5] = { 0.0f, -0.0f, INFINITY, NAN, -30.0f }, y[5], dy[5] = { 1, 1, 1, 1, 1 }, dx[5];
     fl_cpu_gelu_fwd(x, y, 5, 1);

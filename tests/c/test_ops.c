@@ -45,6 +45,7 @@ static double ref_binop(int op, double x, double y) {
     case FL_OP_ATAN2: return (float)atan2(x, y);
     case FL_OP_FMOD: return fmod(x, y);
     case FL_OP_REMAINDER: { double m = fmod(x, y); return m != 0 && ((y < 0) != (m < 0)) ? m + y : m; }
+    case FL_OP_HYPOT: return hypot(x, y);   /* (its fp32 rounding exact but within 2^-29 ulp of a tie: test_hypot) */
     case FL_OP_EQ: return x == y;
     case FL_OP_NE: return x != y;
     case FL_OP_LT: return x < y;

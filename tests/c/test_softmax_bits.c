@@ -143,3 +143,80 @@ TEST(softmax_sums_in_one_order_on_each_isa) {
         check_cols(fl__failed, 72, 32001, w == 1);   /* 9 MB: log-softmax's streamed stores, rows off 64-byte lines */
     }
 }
+
+/* The backward passes' sums in the same order (row_dot: y·dy, or dy alone for log-softmax), and the columns kernels
+ * (fl_cpu_softmax_dim_fwd/_bwd, a dim with a stride: stop 96) against the row kernels on the transposed copy, bit for
+ * bit, forward and backward, on both copies, over [outer, size, inner] shapes whose tiles end in part-vectors. */
+static void check_dims(int *fl__failed, int64_t outer, int64_t size, int64_t inner, bool wide) {
+    const int64_t n = outer * size * inner;
+    float *x = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n), *xt = malloc(sizeof(float) * n);
+    float *gt = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), *yt = malloc(sizeof(float) * n);
+    float *d = malloc(sizeof(float) * n), *dt = malloc(sizeof(float) * n), *r = malloc(sizeof(float) * n);
+    /* each column (o, c) of x a row of fill_row's kinds in turn */
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t c = 0; c < inner; c++) {
+            fill_row(r, size, (int)((o * inner + c) % 6));
+            for (int64_t i = 0; i < size; i++) {
+                x[(o * size + i) * inner + c] = r[i];
+                g[(o * size + i) * inner + c] = (float)((sb_rand() - 0.5) * 4.0);
+            }
+        }
+    /* xt: [outer, inner, size], the columns as rows */
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < size; i++)
+            for (int64_t c = 0; c < inner; c++) {
+                xt[(o * inner + c) * size + i] = x[(o * size + i) * inner + c];
+                gt[(o * inner + c) * size + i] = g[(o * size + i) * inner + c];
+            }
+    fl_cpu_avx512_allowed = wide;
+    const char *isa = wide ? "AVX-512" : "AVX2";
+    for (int log_ = 0; log_ < 2; log_++) {
+        const char *fn = log_ ? "log_softmax" : "softmax";
+        if (log_) {
+            fl_cpu_log_softmax_fwd(xt, yt, outer * inner, size);
+            fl_cpu_log_softmax_bwd(yt, gt, dt, outer * inner, size);
+        } else {
+            fl_cpu_softmax_fwd(xt, yt, outer * inner, size);
+            fl_cpu_softmax_bwd(yt, gt, dt, outer * inner, size);
+        }
+        /* the row backward against the order written out */
+        for (int64_t k = 0; k < outer * inner; k++) {
+            const float *yr = yt + k * size, *gr = gt + k * size;
+            float lane[8] = { 0 }, s = 0.0f;
+            const int64_t n8 = size & ~(int64_t)7;
+            for (int64_t j = 0; j < size; j++) lane[j < n8 ? j % 8 : 0] += log_ ? gr[j] : yr[j] * gr[j];
+            for (int l = 0; l < 8; l++) s += lane[l];
+            for (int64_t j = 0; j < size; j++)
+                r[k * size + j] = log_ ? gr[j] - fl_nn_expf(yr[j]) * s : yr[j] * (gr[j] - s);
+        }
+        int64_t at = first_diff(dt, r, n);
+        CHECK(at < 0, "%s %s backward rows of %lld: element %lld %.9g, order's %.9g", isa, fn, (long long)size,
+              (long long)at, at < 0 ? 0.0 : dt[at], at < 0 ? 0.0 : r[at]);
+        fl_cpu_softmax_dim_fwd(log_, x, y, outer, size, inner);
+        fl_cpu_softmax_dim_bwd(log_, y, g, d, outer, size, inner);
+        int64_t bad_y = -1, bad_d = -1;
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < size; i++)
+                for (int64_t c = 0; c < inner; c++) {
+                    const int64_t a = (o * size + i) * inner + c, b = (o * inner + c) * size + i;
+                    if (bad_y < 0 && first_diff(y + a, yt + b, 1) >= 0) bad_y = a;
+                    if (bad_d < 0 && first_diff(d + a, dt + b, 1) >= 0) bad_d = a;
+                }
+        CHECK(bad_y < 0, "%s %s along [%lld, %lld, %lld]'s middle dim: element %lld differs from the rows' kernel", isa,
+              fn, (long long)outer, (long long)size, (long long)inner, (long long)bad_y);
+        CHECK(bad_d < 0, "%s %s backward along [%lld, %lld, %lld]'s middle dim: element %lld differs from the rows'",
+              isa, fn, (long long)outer, (long long)size, (long long)inner, (long long)bad_d);
+    }
+    fl_cpu_avx512_allowed = true;
+    free(x); free(g); free(xt); free(gt); free(y); free(yt); free(d); free(dt); free(r);
+}
+
+TEST(softmax_along_a_strided_dim_gives_the_rows_bits) {
+    const int64_t shapes[][3] = { { 1, 1, 1 }, { 1, 7, 3 }, { 2, 8, 5 }, { 3, 9, 16 }, { 1, 17, 17 }, { 2, 33, 31 },
+                                  { 1, 4, 300 }, { 2, 100, 65 }, { 1, 1030, 20 }, { 1, 6000, 3 }, { 1, 2, 530 } };
+    for (int w = 0; w < 2; w++) {
+        if (w && !fl_cpu_avx512()) { fprintf(stderr, "  (AVX-512 copy skipped: no AVX-512 on this CPU)\n"); break; }
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            check_dims(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], w == 1);
+    }
+}

@@ -2,13 +2,10 @@
 -- ops a second survey found slow"): clamp in one or two passes over one new tensor, maximum/minimum as selects,
 -- x^s's shortcuts; their values are those of the definitions below.
 local inf, nan = math.huge, 0 / 0
+local U = dofile("tests/spec/helpers/util.lua")
 
-local function bits_equal(a, b)   -- NaN equals NaN; -0 and +0 differ
-  if a ~= a then return b ~= b end
-  if a == 0 and b == 0 then return 1 / a == 1 / b end
-  return a == b
-end
-local function f32(v) return fp8.tensor { v }:item() end
+local bits_equal = U.same_number   -- NaN equals NaN; -0 and +0 differ
+local f32 = U.f32
 
 local SPECIAL = { 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, inf, -inf, nan, 1e-40, -1e-40, 3.4e38, -3.4e38,
   1.1754944e-38, 0.999999940395, 1.00000011920929, 7.3, -7.3 }

@@ -5,15 +5,12 @@
 -- bits, gradient included, of the ops it replaced. The values are checked against definitions computed in Lua (whose
 -- numbers are doubles), against those ops, and against torch's bits from scripts/gen_opspeed2.py.
 local inf, nan = math.huge, 0 / 0
+local U = dofile("tests/spec/helpers/util.lua")
 
-local function f32(v) return (string.unpack("<f", string.pack("<f", v))) end
+local f32 = U.f32
 local function fb(u) return (string.unpack("<f", string.pack("<I4", u))) end
 local function bits(v) return (string.unpack("<I4", string.pack("<f", v))) end
-local function same_bits(a, b)   -- NaN equals NaN; -0 and +0 differ
-  if a ~= a then return b ~= b end
-  if a == 0 and b == 0 then return 1 / a == 1 / b end
-  return a == b
-end
+local same_bits = U.same_number   -- NaN equals NaN; -0 and +0 differ
 
 describe("rsqrt in one pass", function()
   -- /opt/torch2/bin/python scripts/gen_opspeed2.py (torch 2.15): x, g, x.rsqrt() and x.grad after y.backward(g)
@@ -165,27 +162,16 @@ describe("norm's sum of squares in one pass", function()
     return (s + z):sqrt() - z
   end
   it("gives (x * x):sum's bits and its gradient, along each dim and over all, on views, in three dtypes", function()
-    for name, x in pairs(cases()) do
-      for _, dt in ipairs({ "fp32", "bf16", "fp16" }) do
-        local xd = x:to(dt)
-        for d = 0, xd:dim() do
-          local dim = d > 0 and d or nil
-          for _, keep in ipairs({ false, true }) do
-            local what = ("%s %s dim %s keepdim %s"):format(name, dt, tostring(dim), tostring(keep))
-            local want = composite(xd:float(), dim, keep):to(dt)
-            same_list(want, xd:norm(2, dim, keep), what)
-            same_list((xd:float() * xd:float()):sum(dim, keep), xd:float():_sum_squares(dim, keep), what .. " Σx²")
-            if dt == "fp32" then
-              local l1, l2 = x:clone():requires_grad_(), x:clone():requires_grad_()
-              local g = fp8.randn(want:shape())
-              l1:norm(2, dim, keep):backward(g)
-              composite(l2, dim, keep):backward(g)
-              same_list(l2.grad, l1.grad, what .. " grad")
-            end
-          end
-        end
+    U.each_reduction(cases(), { "fp32", "bf16", "fp16" }, 0, function(what, x, xd, dim, keep)
+      local dt = xd:dtype()
+      same_list(composite(xd:float(), dim, keep):to(dt), xd:norm(2, dim, keep), what)
+      same_list((xd:float() * xd:float()):sum(dim, keep), xd:float():_sum_squares(dim, keep), what .. " Σx²")
+      if dt == "fp32" then
+        local got, want = U.grads_of_two(x, function(l) return l:norm(2, dim, keep) end,
+          function(l) return composite(l, dim, keep) end)
+        same_list(want, got, what .. " grad")
       end
-    end
+    end)
   end)
   it("keeps a list of dims and the other p as they were", function()
     local x = cases().b
@@ -202,29 +188,18 @@ describe("logsumexp along one dim in two passes", function()
     return keepdim and r or r:squeeze(dim)
   end
   it("gives the bits of max, x - m, exp, sum, log and + m, and their gradient, on views, in three dtypes", function()
-    for name, x in pairs(cases()) do
-      for _, dt in ipairs({ "fp32", "bf16", "fp16" }) do
-        local xd = x:to(dt)
-        for d = 1, xd:dim() do
-          for _, keep in ipairs({ false, true }) do
-            local what = ("%s %s dim %d keepdim %s"):format(name, dt, d, tostring(keep))
-            local want = composite(xd:float(), d, keep):to(dt)
-            local got = xd:logsumexp(d, keep)
-            assert.are.equal(dt, got:dtype())
-            same_list(want, got, what)
-            if dt == "fp32" then
-              local l1, l2 = x:clone():requires_grad_(), x:clone():requires_grad_()
-              local y = l1:logsumexp(d, keep)
-              assert.are.equal("LogsumexpBackward", y:grad_fn())
-              local g = fp8.randn(want:shape())
-              y:backward(g)
-              composite(l2, d, keep):backward(g)
-              same_list(l2.grad, l1.grad, what .. " grad")
-            end
-          end
-        end
+    U.each_reduction(cases(), { "fp32", "bf16", "fp16" }, 1, function(what, x, xd, d, keep)
+      local dt = xd:dtype()
+      local got = xd:logsumexp(d, keep)
+      assert.are.equal(dt, got:dtype())
+      same_list(composite(xd:float(), d, keep):to(dt), got, what)
+      if dt == "fp32" then
+        local g1, g2, y = U.grads_of_two(x, function(l) return l:logsumexp(d, keep) end,
+          function(l) return composite(l, d, keep) end)
+        assert.are.equal("LogsumexpBackward", y:grad_fn())
+        same_list(g2, g1, what .. " grad")
       end
-    end
+    end)
   end)
   it("keeps the empty dim, the 0-d tensor and a list of dims as they were", function()
     assert.are.same({ -inf, -inf }, fp8.zeros({ 2, 0 }):logsumexp(2):tolist())

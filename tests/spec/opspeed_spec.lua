@@ -5,13 +5,10 @@
 -- in Lua (whose floats are doubles: an fp32 sum, product or quotient is the double one rounded once to fp32, and
 -- Lua's x ^ y is C's pow); tests/c/test_vpow.c measures the power's error over a sample of every float.
 local inf, nan = math.huge, 0 / 0
+local U = dofile("tests/spec/helpers/util.lua")
 
-local function f32(v) return (string.unpack("<f", string.pack("<f", v))) end
-local function same_bits(a, b)   -- NaN equals NaN; -0 and +0 differ
-  if a ~= a then return b ~= b end
-  if a == 0 and b == 0 then return 1 / a == 1 / b end
-  return a == b
-end
+local f32 = U.f32
+local same_bits = U.same_number   -- NaN equals NaN; -0 and +0 differ
 
 local SPECIAL = { 0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, inf, -inf, nan, 1e-40, -1e-40, 3.4e38, -3.4e38, 7.3, -7.25,
   1.5, 2.5, -0.1, 1e-3 }

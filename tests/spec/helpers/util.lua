@@ -69,8 +69,6 @@ function U.fails_with(needles, f, ...)
   return err
 end
 
--- The fixture generators' deterministic tensor (scripts/gen_torch_forms.py's and gen_nn_parity.py's fill()): element
--- i (0-based, row-major) is ((37·i + 11·seed) mod 23 − 11) / 8 · scale.
 -- t's elements in order, as one flat Lua list (any number of dims)
 function U.flat(t)
   local out = {}
@@ -79,6 +77,18 @@ function U.flat(t)
   return out
 end
 
+-- A Lua number (a double) rounded to the nearest fp32, as a tensor of dtype fp32 would hold it.
+function U.f32(v) return (string.unpack("<f", string.pack("<f", v))) end
+
+-- Two numbers the same to the bit as floats go: NaN equals NaN (payloads not compared), -0 and +0 differ.
+function U.same_number(a, b)
+  if a ~= a then return b ~= b end
+  if a == 0 and b == 0 then return 1 / a == 1 / b end
+  return a == b
+end
+
+-- The fixture generators' deterministic tensor (scripts/gen_torch_forms.py's and gen_nn_parity.py's fill()): element
+-- i (0-based, row-major) is ((37·i + 11·seed) mod 23 − 11) / 8 · scale.
 function U.fill(shape, seed, scale)
   local n = 1
   for _, d in ipairs(shape) do n = n * d end
@@ -110,6 +120,39 @@ function U.same_bits(name, a, b)
     local ok = (x[i] == y[i] and (x[i] ~= 0 or 1 / x[i] == 1 / y[i])) or (x[i] ~= x[i] and y[i] ~= y[i])
     if not ok then assert.is_true(ok, ("%s[%d]: %.9g vs %.9g"):format(name, i, x[i], y[i])) end
   end
+end
+
+-- The loop of the specs that check a new reduction against the composite it replaced: f(what, x, xd, dim, keepdim)
+-- for every tensor x of `cases` (a table name → fp32 tensor, visited in name order), every dtype of `dtypes` (xd is x
+-- in it), every dim from first_dim to xd's last (dim 0 stands for "over all dims" and is passed as nil), and keepdim
+-- false then true; `what` names the case for messages.
+function U.each_reduction(cases, dtypes, first_dim, f)
+  local names = {}
+  for name in pairs(cases) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local x = cases[name]
+    for _, dt in ipairs(dtypes) do
+      local xd = x:to(dt)
+      for d = first_dim, xd:dim() do
+        local dim = d > 0 and d or nil
+        for _, keep in ipairs({ false, true }) do
+          f(("%s %s dim %s keepdim %s"):format(name, dt, tostring(dim), tostring(keep)), x, xd, dim, keep)
+        end
+      end
+    end
+  end
+end
+
+-- The gradients new(x) and old(x) leave on two leaf copies of x after backward with one random gradient of their
+-- output's shape (new's output is returned first, for checks of its grad_fn).
+function U.grads_of_two(x, new, old)
+  local l1, l2 = x:clone():requires_grad_(), x:clone():requires_grad_()
+  local y1, y2 = new(l1), old(l2)
+  local g = fp8.randn(y2:shape())
+  y1:backward(g)
+  y2:backward(g)
+  return l1.grad, l2.grad, y1
 end
 
 -- The lr of each of an optimizer's param groups, in order.
