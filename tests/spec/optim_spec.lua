@@ -634,6 +634,36 @@ describe("fp8.optim arguments", function()
     assert.is_true(q.grad[1] ~= q.grad[1], "a NaN norm makes every gradient NaN, as torch's")
   end)
 
+  it("the clipping functions take nil for torch's foreach=None (its default) and refuse any other foreach", function()
+    local U = fp8.nn.utils
+    local q = fp8.tensor { 1, 2 }:requires_grad(true)
+    local function run(name, ...)
+      q.grad = fp8.tensor { 3, 4 }
+      return pcall(U[name], ...)
+    end
+    local calls = {
+      { "clip_grad_norm_", { { q }, 1.0, 2, false } }, { "get_total_norm", { { fp8.tensor { 3, 4 } }, 2, false } },
+      { "clip_grads_with_norm_", { { q }, 1.0, 5.0 } }, { "clip_grad_value_", { { q }, 1.0 } },
+    }
+    for _, c in ipairs(calls) do
+      local name, args = c[1], c[2]
+      local n = #args
+      local ok, err = run(name, table.unpack(args, 1, n))
+      assert.is_true(ok, err)
+      local want = q.grad:tolist()
+      ok, err = run(name, table.unpack(args, 1, n + 1))   -- the same call with foreach=nil: the same result
+      assert.is_true(ok, name .. ": " .. tostring(err))
+      if name ~= "get_total_norm" then assert.are.same(want, q.grad:tolist(), name) end
+      for _, bad in ipairs { true, false, "yes" } do
+        local a = { table.unpack(args, 1, n) }
+        a[n + 1] = bad
+        ok, err = run(name, table.unpack(a, 1, n + 1))
+        assert.is_false(ok, name)
+        assert.truthy(err:find(name .. ": takes", 1, true) and err:find("foreach= is not supported", 1, true), err)
+      end
+    end
+  end)
+
   it("takes a Module's parameters", function()
     local m = fp8.nn.Sequential(fp8.nn.Linear(3, 2), fp8.nn.ReLU(), fp8.nn.Linear(2, 1))
     local opt = optim.SGD(m, { lr = 0.1 })

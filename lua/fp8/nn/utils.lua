@@ -103,15 +103,22 @@ local function check_max_norm(fname, max_norm)
   end
 end
 
+-- torch's clipping functions end with foreach=None, which only picks their implementation: nil there is that
+-- default and passes; any other value is refused with the function's usage (fp8lab has one implementation).
+local function no_foreach(fname, usage, ...)
+  for i = 1, select("#", ...) do
+    if select(i, ...) ~= nil then
+      error(("%s: takes %s; torch's foreach= is not supported (nil, its default None, passes)"):format(fname, usage), 3)
+    end
+  end
+end
+
 -- clip_grad_norm_(params, max_norm [, norm_type=2 (any p > 0, or math.huge) [, error_if_nonfinite=false]]) → total
 -- norm (before clipping). As torch's: every gradient is scaled in place by min(1, max_norm / (norm + 1e-6)) — so a norm
 -- at max_norm is scaled by a hair below 1, and a NaN norm makes every gradient NaN — unless
 -- error_if_nonfinite, which raises on a NaN or infinite norm and leaves the gradients alone.
 function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, ...)
-  if select("#", ...) > 0 then
-    error("clip_grad_norm_: takes (params, max_norm [, norm_type [, error_if_nonfinite]]); torch's foreach= is not "
-      .. "supported", 2)
-  end
+  no_foreach("clip_grad_norm_", "(params, max_norm [, norm_type [, error_if_nonfinite]])", ...)
   check_nonfinite_flag("clip_grad_norm_", error_if_nonfinite)
   local list = param_list(params, "clip_grad_norm_")
   check_max_norm("clip_grad_norm_", max_norm)
@@ -125,9 +132,7 @@ end
 -- get_total_norm(tensors [, norm_type=2 [, error_if_nonfinite=false]]) → the norm of the tensors taken together (a
 -- number), torch 2.6's half of clip_grad_norm_: tensors a tensor or a list of them (the gradients, usually)
 function M.get_total_norm(tensors, norm_type, error_if_nonfinite, ...)
-  if select("#", ...) > 0 then
-    error("get_total_norm: takes (tensors [, norm_type [, error_if_nonfinite]]); torch's foreach= is not supported", 2)
-  end
+  no_foreach("get_total_norm", "(tensors [, norm_type [, error_if_nonfinite]])", ...)
   check_nonfinite_flag("get_total_norm", error_if_nonfinite)
   local list = fp8.is_tensor(tensors) and { tensors } or tensors
   if type(list) ~= "table" then
@@ -150,9 +155,7 @@ end
 -- clip_grads_with_norm_(params, max_norm, total_norm): torch 2.6's other half: the gradients scaled in place by
 -- min(1, max_norm / (total_norm + 1e-6))
 function M.clip_grads_with_norm_(params, max_norm, total, ...)
-  if select("#", ...) > 0 then
-    error("clip_grads_with_norm_: takes (params, max_norm, total_norm); torch's foreach= is not supported", 2)
-  end
+  no_foreach("clip_grads_with_norm_", "(params, max_norm, total_norm)", ...)
   local list = param_list(params, "clip_grads_with_norm_")
   check_max_norm("clip_grads_with_norm_", max_norm)
   if fp8.is_tensor(total) and total:numel() == 1 then total = total:item() end
@@ -199,9 +202,7 @@ end
 -- clip_grad_value_(params, clip_value): every gradient element clamped to [-clip_value, clip_value] in place, as
 -- torch's. MS-AMP's FP8 gradients are refused (their bytes share one scale: clip_grad_norm_ scales them instead).
 function M.clip_grad_value_(params, clip_value, ...)
-  if select("#", ...) > 0 then
-    error("clip_grad_value_: takes (params, clip_value); torch's foreach= is not supported", 2)
-  end
+  no_foreach("clip_grad_value_", "(params, clip_value)", ...)
   local list = param_list(params, "clip_grad_value_")
   if type(clip_value) ~= "number" or not (clip_value >= 0) then   -- `not (...)` also refuses NaN
     error(("clip_grad_value_: clip_value must be a number >= 0, got %s"):format(require("fp8.opts").got(clip_value)), 2)
