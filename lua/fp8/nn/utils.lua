@@ -105,11 +105,13 @@ end
 
 -- torch's clipping functions end with foreach=None, which only picks their implementation: nil there is that
 -- default and passes; any other value is refused with the function's usage (fp8lab has one implementation).
+-- The wording is opts.no_more's, for the arguments up to the last that is not nil.
 local function no_foreach(fname, usage, ...)
-  for i = 1, select("#", ...) do
-    if select(i, ...) ~= nil then
-      error(("%s: takes %s; torch's foreach= is not supported (nil, its default None, passes)"):format(fname, usage), 3)
-    end
+  local n = select("#", ...)
+  while n > 0 and select(n, ...) == nil do n = n - 1 end
+  if n > 0 then
+    error(require("fp8.opts").more_args_message(fname, usage, n)
+      .. "; torch's foreach= is not supported (nil, its default None, passes)", 3)
   end
 end
 
