@@ -5,22 +5,18 @@
 -- positions of the rows ahead prefetched. Each keeps the bits of what it replaced, which these cases compare against
 -- (the transposed route, the composite of tensor ops, the fp32 kernel on the widened input), values and gradients,
 -- on views, in three dtypes and at special values; and against definitions computed in Lua's doubles.
+local U = dofile("tests/spec/helpers/util.lua")
 local F = fp8.nn.F
 local inf, nan = math.huge, 0 / 0
 
 local function bits(v) return (string.unpack("<I4", string.pack("<f", v))) end
 local function fb(u) return (string.unpack("<f", string.pack("<I4", u))) end
--- the same bits, or both NaN (a NaN's payload is not part of the contract)
-local function same_bits(a, b)
-  if a ~= a then return b ~= b end
-  return bits(a) == bits(b)
-end
 local function flat(t) return t:float():contiguous():view(-1):tolist() end
 local function assert_same(want, got, what)
   local w, g = flat(want), flat(got)
   assert.are.equal(#w, #g, what .. ": sizes")
   for i = 1, #w do
-    if not same_bits(w[i], g[i]) then
+    if not U.same_number(w[i], g[i]) then
       error(("%s: element %d is %.9g (0x%08x), want %.9g (0x%08x)"):format(what, i, g[i], bits(g[i]), w[i],
         bits(w[i])), 2)
     end
@@ -47,28 +43,22 @@ describe("softmax along a dim with a stride, down the columns", function()
     local cases = { { { 5, 9 }, false, "fp32" }, { { 9, 5 }, true, "fp32" }, { { 3, 17, 4 }, false, "bf16" },
       { { 2, 3, 4, 5 }, true, "fp16" }, { { 33, 1, 2 }, true, "fp32" }, { { 1030, 3 }, false, "fp32" } }
     for _, case in ipairs(cases) do
-      local shp, sp = case[1], case[2]
-      do
-        local base = fp8.randn(shp) * 4
-        if sp then base = special(base) end
-        for _, dt in ipairs { case[3] } do
-          local x = base:to(dt)
-          for _, v in ipairs { { "contiguous", x }, { "transposed", x:transpose(1, x:dim()) } } do
-            for d = 1, x:dim() - 1 do
-              for _, fn in ipairs { "softmax", "log_softmax" } do
-                local what = ("%s of %s %s %s along dim %d%s"):format(fn, x:shape_str(), dt, v[1], d,
-                  sp and " (special values)" or "")
-                local a = v[2]:float():clone():requires_grad_()
-                local b = v[2]:float():clone():requires_grad_()
-                local ya, yb = F[fn](a, d), by_transpose(fn, b, d)
-                assert_same(yb, ya, what)
-                local g = fp8.randn(ya:shape())
-                ya:backward(g)
-                yb:backward(g)
-                assert_same(b.grad, a.grad, what .. ", gradient")
-                assert_same(yb, fp8.no_grad(function() return F[fn](v[2], d) end), what .. ", no_grad")
-              end
-            end
+      local shp, sp, dt = case[1], case[2], case[3]
+      local base = fp8.randn(shp) * 4
+      if sp then base = special(base) end
+      local x = base:to(dt)
+      for _, v in ipairs { { "contiguous", x }, { "transposed", x:transpose(1, x:dim()) } } do
+        for d = 1, x:dim() - 1 do
+          for _, fn in ipairs { "softmax", "log_softmax" } do
+            local what = ("%s of %s %s %s along dim %d%s"):format(fn, x:shape_str(), dt, v[1], d,
+              sp and " (special values)" or "")
+            local a = v[2]:float()
+            local ga, gb, ya = U.grads_of_two(a, function(l) return F[fn](l, d) end,
+              function(l) return by_transpose(fn, l, d) end)
+            local yb = fp8.no_grad(function() return by_transpose(fn, a, d) end)
+            assert_same(yb, ya, what)
+            assert_same(gb, ga, what .. ", gradient")
+            assert_same(yb, fp8.no_grad(function() return F[fn](v[2], d) end), what .. ", no_grad")
           end
         end
       end
@@ -116,34 +106,28 @@ describe("rms_norm with nothing to record, in one pass", function()
     local cases = { { { 4, 7 }, true, "fp32" }, { { 3, 16 }, false, "bf16" }, { { 2, 3, 33 }, true, "fp32" },
       { { 5, 1 }, false, "fp16" }, { { 3, 1030 }, false, "fp32" }, { { 6, 20 }, true, "bf16" } }
     for _, case in ipairs(cases) do
-      local shp, sp = case[1], case[2]
-      do
-        local base = fp8.randn(shp) * 3
-        if sp then base = special(base) end
-        local c = shp[#shp]
-        local w = fp8.randn { c }
-        for _, dt in ipairs { case[3] } do
-          local x = base:to(dt)
-          local views = { x }
-          if x:dim() == 3 then views[2] = x:transpose(1, 2) end
-          if shp[1] > 2 then views[#views + 1] = x:narrow(1, 2, shp[1] - 2) end
-          for vi, v in ipairs(views) do
-            for _, eps in ipairs { false, 1e-6, 0.1, 0 } do
-              for _, wd in ipairs { "none", "fp32", "bf16" } do
-                local ww = nil
-                if wd ~= "none" then ww = w:to(wd) end
-                local e = eps or nil
-                local what = ("rms_norm of %s %s view %d, eps %s, weight %s%s"):format(v:shape_str(), dt, vi,
-                  tostring(eps), wd, sp and " (special values)" or "")
-                -- the composite: the same call with an input that requires grad
-                local xg = v:clone():requires_grad_()
-                local want = F.rms_norm(xg, c, ww, e)
-                local got = fp8.no_grad(function() return F.rms_norm(v, c, ww, e) end)
-                assert.are.equal(want:dtype(), got:dtype(), what .. ": dtype")
-                assert_same(want, got, what)
-                assert.are.same(want:shape(), got:shape())
-              end
-            end
+      local shp, sp, dt = case[1], case[2], case[3]
+      local base = fp8.randn(shp) * 3
+      if sp then base = special(base) end
+      local c = shp[#shp]
+      local w = fp8.randn { c }
+      local x = base:to(dt)
+      local views = { x }
+      if x:dim() == 3 then views[2] = x:transpose(1, 2) end
+      if shp[1] > 2 then views[#views + 1] = x:narrow(1, 2, shp[1] - 2) end
+      for vi, v in ipairs(views) do
+        for _, eps in ipairs { false, 1e-6, 0.1, 0 } do
+          for _, wd in ipairs { "none", "fp32", "bf16" } do
+            local ww = wd ~= "none" and w:to(wd) or nil
+            local e = eps or nil
+            local what = ("rms_norm of %s %s view %d, eps %s, weight %s%s"):format(v:shape_str(), dt, vi,
+              tostring(eps), wd, sp and " (special values)" or "")
+            -- the composite: the same call with an input that requires grad
+            local want = F.rms_norm(v:clone():requires_grad_(), c, ww, e)
+            local got = fp8.no_grad(function() return F.rms_norm(v, c, ww, e) end)
+            assert.are.equal(want:dtype(), got:dtype(), what .. ": dtype")
+            assert_same(want, got, what)
+            assert.are.same(want:shape(), got:shape())
           end
         end
       end
