@@ -41,3 +41,45 @@ describe("review14: softmax along a dim with a stride has one layout whether a g
   end)
 end)
 
+describe("review14: ReduceLROnPlateau:step checks what _is_better reads before it counts the step", function()
+  local function plateau()
+    local p = fp8.zeros({ 2 }):requires_grad(true)
+    local s = fp8.optim.lr_scheduler.ReduceLROnPlateau(fp8.optim.SGD({ p }, { lr = 0.1 }))
+    s:step(1.0)
+    return s
+  end
+
+  -- a best written by hand that is not a number was refused by _is_better, naming it rather than step, after the
+  -- step had been counted; a mode or threshold_mode not in the constructor's choices was taken as "max" or "abs",
+  -- a threshold that is not a number was Lua's own "attempt to perform arithmetic on a string value"
+  it("refuses a best, mode, threshold_mode or threshold written by hand, and moves nothing", function()
+    for _, c in ipairs {
+      { "best", "x", "ReduceLROnPlateau:step: best (the best metric so far) must be a number, got \"x\" (a string)" },
+      { "best", {}, "ReduceLROnPlateau:step: best (the best metric so far) must be a number, got a table" },
+      { "mode", "mx", "ReduceLROnPlateau:step: mode must be \"min\" or \"max\", got \"mx\" (a string)" },
+      { "threshold_mode", "ab",
+        "ReduceLROnPlateau:step: threshold_mode must be \"rel\" or \"abs\", got \"ab\" (a string)" },
+      { "threshold", "1", "ReduceLROnPlateau:step: threshold must be a finite number >= 0, got \"1\" (a string)" },
+      { "threshold", -1, "ReduceLROnPlateau:step: threshold must be a finite number >= 0, got -1" },
+      { "threshold", math.huge, "ReduceLROnPlateau:step: threshold must be a finite number >= 0, got inf" },
+    } do
+      local s = plateau()
+      s[c[1]] = c[2]
+      local before = { s.last_epoch, s.num_bad_epochs, s.cooldown_counter, s.optimizer.param_groups[1].lr }
+      assert.has_error(function() s:step(0.5) end, c[3])
+      assert.are.same(before, { s.last_epoch, s.num_bad_epochs, s.cooldown_counter, s.optimizer.param_groups[1].lr })
+      if c[1] ~= "best" then
+        assert.has_error(function() s:_is_better(0.5, 1.0) end, (c[3]:gsub(":step:", ":_is_better:")))
+      end
+    end
+  end)
+
+  it("still steps as torch's with the settings it was made with", function()
+    local s = plateau()
+    s:step(0.5)
+    assert.are.same({ 2, 0.5, 0 }, { s.last_epoch, s.best, s.num_bad_epochs })
+    assert.is_true(s:_is_better(0.4, 0.5))
+    assert.is_false(s:_is_better(0.5, 0.5))
+  end)
+end)
+
