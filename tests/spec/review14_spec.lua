@@ -110,3 +110,20 @@ describe("review14: load_state takes math_random's hex digits in either case", f
   end)
 end)
 
+describe("review14: F.rms_norm names an FP8 weight itself", function()
+  -- stop 96's one-pass form (nothing to record) refused it with its own internal words at the library's line
+  -- ('lua/fp8/nn/functional.lua:876: rms_norm: the one-pass form takes fp32 tensors, got fp32 and e4m3'), the ops'
+  -- form (a gradient to record) as 'mul: e4m3 tensor: ...': one refusal for both, as an FP8 input's
+  it("refuses it, with a gradient to record or not, as it refuses an FP8 input", function()
+    local F = fp8.nn.functional
+    local x = fp8.randn({ 2, 4 })
+    for _, dt in ipairs { "e4m3", "e5m2" } do
+      local w = fp8.ones({ 4 }):quantize(dt)
+      local msg = ("rms_norm: %s weight: call :dequantize() first"):format(dt)
+      assert.has_error(function() F.rms_norm(x, 4, w) end, msg)
+      assert.has_error(function() F.rms_norm(x:clone():requires_grad(true), 4, w) end, msg)
+      assert.has_error(function() F.rms_norm(w:dequantize():reshape({ 1, 4 }), 4, w) end, msg)
+    end
+    assert.has_error(function() F.rms_norm(x:quantize("e4m3"), 4) end, "rms_norm: e4m3 input: call :dequantize() first")
+  end)
+end)
