@@ -249,13 +249,14 @@ static fl_status softmax_dim_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin
     return DEV(y)->softmax_dim_bwd(n->iargs[0] != 0, F(y), F(g), F(gin[0]), outer, size, inner);
 }
 
-/* Softmax over dim (0-based) of x: the last dim's kernel. Another dim, where a gradient is to be recorded, through the
- * device's columns kernels forward and backward (a contiguous fp32 result in x's layout, as torch's; the bits of the
- * transposed route): the backward through the transposes made two transposed copies and the gradient's accumulation
- * from a view (x [4096, 1024] along dim 1, forward + backward: 1.5-1.9× torch's). With nothing to record, or where the
- * device has no columns kernels (CUDA), x is transposed last and back around the last dim's kernel (a view in x's
- * layout): that forward, one transposed copy and the rows' kernel, ran faster than the columns' three passes, whose
- * rows each sit on a page of their own (x [4096, 1024] along dim 1: 8-10 ms against 11-14, one thread). */
+/* Softmax over dim (0-based) of x: the last dim's kernel. Another dim through the device's columns kernels forward and
+ * backward: a contiguous fp32 result in x's layout, as torch's, with the bits of the transposed route (x transposed
+ * last and back around the last dim's kernel), whose backward made two transposed copies and the gradient's
+ * accumulation from a view (x [4096, 1024] along dim 1, forward + backward: 1.5-1.9× torch's). With nothing to record
+ * as well: stop 96 kept the transposed route there (8-10 ms against the columns' 11-14, one thread), whose result is a
+ * transposed view, so x:softmax(1):view(...) was refused under no_grad and taken under grad mode (torch's result is
+ * contiguous in both); that route made contiguous costs more than the columns (15.8 ms against 13.4). Where the device
+ * has no columns kernels (CUDA), the transposed route stays, its result a view in x's layout. */
 fl_status fl_softmax_dim(fl_tensor **out, const fl_tensor *x, int dim, int log) {
     const char *op = log ? "log_softmax" : "softmax";
     *out = NULL;
@@ -266,7 +267,7 @@ fl_status fl_softmax_dim(fl_tensor **out, const fl_tensor *x, int dim, int log) 
     const fl_device *dev;
     FL_TRY(NN_DEVICE(x, softmax_fwd, op, &dev));
     fl_status st;
-    if (!dev->softmax_dim_fwd || !dev->softmax_dim_bwd || !fl_any_requires_grad(1, &x)) {
+    if (!dev->softmax_dim_fwd || !dev->softmax_dim_bwd) {
         fl_tensor *t1 = NULL, *t2 = NULL;
         st = fl_transpose(&t1, x, dim, -1);
         if (st == FL_OK) st = softmax_any(&t2, t1, log);

@@ -1192,9 +1192,10 @@ function M.install(Accelerator)
           end
         end
         -- Lua's math.random (since stop 96; a checkpoint saved before has none, and math.random goes on from where it
-        -- is, as before)
+        -- is, as before). Its hex digits in either case, as fp8.set_math_random_state takes them (save_state writes
+        -- lower case; upper case was refused here as not "the 64 hex digits")
         local m = rs.math_random
-        if m ~= nil and (type(m) ~= "string" or #m ~= 64 or m:find("[^0-9a-f]") or not m:find("[^0]")) then
+        if m ~= nil and (type(m) ~= "string" or #m ~= 64 or m:find("[^0-9a-fA-F]") or not m:find("[^0]")) then
           error(("load_state: %s: math_random is %s, expected the 64 hex digits of Lua's math.random state (not all "
             .. "zero)"):format(rs_path, type(m) == "string" and ("\"" .. (#m > 70 and m:sub(1, 64) .. "..." or m)
             .. "\"") or tostring(m)), 0)

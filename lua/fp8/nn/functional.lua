@@ -855,6 +855,9 @@ function F.rms_norm(x, shape, w, eps, ...)
   for d = x:dim() - nd + 1, x:dim() do want[#want + 1] = x:size(d) end
   if w ~= nil then
     check_tensor("rms_norm", "weight", w)
+    -- (stop 96's one-pass form refused it as 'lua/fp8/nn/functional.lua:876: rms_norm: the one-pass form takes fp32
+    -- tensors, got fp32 and e4m3', and the ops' form as 'mul: e4m3 tensor ...', neither at the caller's line)
+    if w:is_fp8() then error(("rms_norm: %s weight: call :dequantize() first"):format(w:dtype()), 2) end
     local wshape = "[" .. table.concat(want, ", ") .. "]"
     if shape_str(w) ~= wshape then
       error(("rms_norm: weight must be %s to match input %s, got %s"):format(wshape, shape_str(x), shape_str(w)), 2)

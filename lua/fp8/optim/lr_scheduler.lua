@@ -1233,6 +1233,21 @@ end
 -- _is_better(a, best): torch 2.15's ReduceLROnPlateau._is_better, whether metric a improves on best by the threshold.
 -- Until stop 96 it was a public is_better(a) (torch 1.x's public name), which took the best from the scheduler (a best
 -- given as torch passes it was dropped) and compared a hostile a with Lua's own "attempt to compare table with number".
+-- The settings it reads, as a user may have written them on the scheduler (the constructor checked what it was given):
+-- refused naming fname; level as error's, counted from the function that calls this one. A mode other than "min" was taken as "max", a
+-- threshold_mode other than "rel" as "abs", and a threshold that is not a number was Lua's own arithmetic error.
+local function check_comparison(self, fname, level)
+  local function refuse(what, v) error(("%s: %s, got %s"):format(fname, what, O.got(v)), level + 2) end
+  if self.mode ~= "min" and self.mode ~= "max" then refuse("mode must be \"min\" or \"max\"", self.mode) end
+  if self.threshold_mode ~= "rel" and self.threshold_mode ~= "abs" then
+    refuse("threshold_mode must be \"rel\" or \"abs\"", self.threshold_mode)
+  end
+  local th = self.threshold
+  if type(th) ~= "number" or not (th >= 0 and th < math.huge) then
+    refuse("threshold must be a finite number >= 0", th)
+  end
+end
+
 function Plateau:_is_better(a, best, ...)
   no_more("ReduceLROnPlateau:_is_better", "(a, best)", ...)
   for _, v in ipairs { { "a", a }, { "best", best } } do
@@ -1240,6 +1255,7 @@ function Plateau:_is_better(a, best, ...)
       error(("ReduceLROnPlateau:_is_better: %s must be a number (a metric), got %s"):format(v[1], O.got(v[2])), 2)
     end
   end
+  check_comparison(self, "ReduceLROnPlateau:_is_better", 2)
   local th = self.threshold
   if self.mode == "min" then
     return self.threshold_mode == "rel" and a < best * (1 - th) or self.threshold_mode == "abs" and a < best - th
@@ -1266,6 +1282,13 @@ function Plateau:step(metric)
     error(("ReduceLROnPlateau:step: this optimizer is also stepped by another scheduler (%s); the last to step would "
       .. "win: use one"):format(other.name), 2)
   end
+  -- what _is_better reads, as a user may have written it, refused here before anything moves: a best that is not a
+  -- number was refused by _is_better, naming it (not the step the user called), after the step had been counted
+  if type(self.best) ~= "number" then
+    error(("ReduceLROnPlateau:step: best (the best metric so far) must be a number, got %s"):format(O.got(self.best)),
+      2)
+  end
+  check_comparison(self, "ReduceLROnPlateau:step", 2)
   local before = { self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter }
   self.last_epoch = self.last_epoch + 1
   if self:_is_better(metric, self.best) then   -- a NaN metric is never better (torch's comparisons)
