@@ -124,6 +124,9 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     /* act_fwd of a bf16 x without an fp32 copy of it: the bits of act_fwd on x widened, written as fp32 to y, or  \
      * (y NULL) rounded once to bf16 in y16 as the fp32 → bf16 cast rounds. NULL: core/nn.c widens x itself. */   \
     X(act_fwd_bf16, (fl_act kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n))                          \
+    /* act_bwd of GELU (either form) or SiLU on a bf16 x without an fp32 copy of it: the bits of act_bwd on x       \
+     * widened. NULL: core/nn.c widens x itself. */                                                                 \
+    X(act_bwd_bf16, (fl_act kind, const uint16_t *x, const float *dy, float *dx, int64_t n))                       \
     /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */                       \
     X(softmax_fwd, (bool log, const float *x, float *y, int64_t rows, int64_t cols))                               \
     X(softmax_bwd, (bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols))             \

@@ -82,6 +82,13 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
  * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
  * other value 0), so the input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *xs = n->saved[0];
+    const fl_act kind = (fl_act)n->iargs[0];
+    /* a contiguous bf16 input read as it is where the device can (its fp32 copy is not made; the same bits) */
+    if (xs->dtype == FL_BF16 && kind != FL_ACT_RELU && DEV(xs)->act_bwd_bf16 && fl_tensor_is_contiguous(xs)) {
+        FL_TRY(new_like(&gin[0], xs, false));
+        return DEV(xs)->act_bwd_bf16(kind, fl_tensor_data(xs), F(g), F(gin[0]), fl_tensor_numel(xs));
+    }
     fl_tensor *x;
     FL_TRY(f32c(&x, n->saved[0], n->iargs[0] == FL_ACT_SILU ? "silu backward" : "gelu backward", "input"));
     fl_status st = new_like(&gin[0], x, false);

@@ -102,6 +102,7 @@ if group == "all" or group == "sweep" then
   local x, y = fp8.randn { 4096, 1024 }, fp8.randn { 4096, 1024 }
   local xg = x:clone():requires_grad_()
   local xb, yb = x:to("bf16"), y:to("bf16")
+  local xbg = xb:clone():requires_grad_()
   local col, row = fp8.randn { 4096, 1 }, fp8.randn { 1024 }
   local pos = x:abs() + 0.5
   local mask = fp8.randn({ 4096, 1024 }):gt(0)
@@ -163,7 +164,7 @@ if group == "all" or group == "sweep" then
     { "transpose contiguous", function() x:transpose(1, 2):contiguous() end },
     { "bf16 add", function() return xb + yb end },
     { "bf16 mul", function() return xb * yb end },
-    { "bf16 gelu", function() F.gelu(xb) end },
+    { "bf16 gelu", function() F.gelu(xb) end, function() F.gelu(xbg):sum():backward() end },
     { "to bf16", function() x:to("bf16") end },
     { "bf16 to fp32", function() xb:to("fp32") end },
     { "matmul [1000,999]x[999,1001]", function() a1:matmul(b1) end },

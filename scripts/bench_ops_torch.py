@@ -81,6 +81,7 @@ if group in ("all", "sweep"):
     x, y = torch.randn(4096, 1024), torch.randn(4096, 1024)
     xg = x.clone().requires_grad_()
     xb, yb = x.bfloat16(), y.bfloat16()
+    xbg = xb.clone().requires_grad_()
     col, row = torch.randn(4096, 1), torch.randn(1024)
     pos = x.abs() + 0.5
     mask = torch.randn(4096, 1024) > 0
@@ -141,7 +142,7 @@ if group in ("all", "sweep"):
         ("transpose contiguous", lambda: x.transpose(0, 1).contiguous(), None),
         ("bf16 add", lambda: xb + yb, None),
         ("bf16 mul", lambda: xb * yb, None),
-        ("bf16 gelu", lambda: F.gelu(xb), None),
+        ("bf16 gelu", lambda: F.gelu(xb), lambda: F.gelu(xbg).sum().backward()),
         ("to bf16", lambda: x.bfloat16(), None),
         ("bf16 to fp32", lambda: xb.float(), None),
         ("matmul [1000,999]x[999,1001]", lambda: a1 @ b1, None),

@@ -323,6 +323,7 @@ static const fl_device fl_cpu = {
     .act_fwd = fl_cpu_dev_act_fwd,
     .act_bwd = fl_cpu_dev_act_bwd,
     .act_fwd_bf16 = fl_cpu_dev_act_fwd_bf16,
+    .act_bwd_bf16 = fl_cpu_dev_act_bwd_bf16,
     .softmax_fwd = fl_cpu_dev_softmax_fwd,
     .softmax_bwd = fl_cpu_dev_softmax_bwd,
     .softmax_dim_fwd = fl_cpu_dev_softmax_dim_fwd,

@@ -146,7 +146,8 @@ static inline void binop_run(fl_binop op, const float *a, const float *b, float 
  * block where it found a result near a tie (1 in ~10^4 results; the flags kept out of memory in the first loop,
  * which an array of them slowed by half) the flags again and pow for those results. */
 #define POW_BLOCK 256
-static inline __attribute__((always_inline)) void pow_run256(const float *a, double s, float *d, int64_t n) {
+static inline __attribute__((always_inline)) void pow_run256(const float *a, double s, float *d, int64_t n,
+                                                              bool wide) {
     const bool s_int = s == floor(s), s_odd = s_int && fmod(s, 2.0) != 0.0;
     for (int64_t i0 = 0; i0 < n; i0 += POW_BLOCK) {
         const int64_t m = n - i0 < POW_BLOCK ? n - i0 : POW_BLOCK;
@@ -156,21 +157,21 @@ static inline __attribute__((always_inline)) void pow_run256(const float *a, dou
         _Pragma("omp simd reduction(|:any)")
         for (int64_t i = 0; i < m; i++) {
             int t;
-            r[i] = fl_vp_pow_fast(ab[i], s, s_int, s_odd, &t);
+            r[i] = fl_vp_pow_fast(ab[i], s, s_int, s_odd, wide, &t);
             any |= t;
         }
         if (any) {
             int tie[POW_BLOCK];
             _Pragma("omp simd")
-            for (int64_t i = 0; i < m; i++) (void)fl_vp_pow_fast(ab[i], s, s_int, s_odd, &tie[i]);
+            for (int64_t i = 0; i < m; i++) (void)fl_vp_pow_fast(ab[i], s, s_int, s_odd, wide, &tie[i]);
             for (int64_t i = 0; i < m; i++)
                 if (tie[i]) r[i] = (float)pow((double)ab[i], s);
         }
         memcpy(d + i0, r, (size_t)m * sizeof *d);
     }
 }
-static void pow_run_256(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n); }
-FL_CPU_AVX512 static void pow_run_512(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n); }
+static void pow_run_256(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n, false); }
+FL_CPU_AVX512 static void pow_run_512(const float *a, double s, float *d, int64_t n) { pow_run256(a, s, d, n, true); }
 static void pow_run(const float *a, double s, float *d, int64_t n, bool wide) {
     if (wide) pow_run_512(a, s, d, n); else pow_run_256(a, s, d, n);
 }

@@ -26,6 +26,7 @@ void fl_cpu_silu_fwd(const float *x, float *y, int64_t n);
 /* The forward of any activation kind on a bf16 x, read a span at a time (no fp32 copy of x): y (fp32) or, with y
  * NULL, y16 (bf16, rounded once by fl_f32_to_bf16_n, the cast's rounding); the bits of the fp32 kernel on x widened. */
 void fl_cpu_act_fwd_bf16(int kind, const uint16_t *x, float *y, uint16_t *y16, int64_t n);   /* kind: an fl_act */
+void fl_cpu_act_bwd_bf16(int kind, const uint16_t *x, const float *dy, float *dx, int64_t n);   /* GELU, SiLU */
 void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n);
 /* sigmoid or tanh (cpu_vmath.h), and their backward from the output y: dx = dy·((1 − y)·y) or dy·(1 − y·y) */
 void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n);

@@ -24,6 +24,12 @@ fl_status fl_cpu_dev_act_fwd_bf16(fl_act kind, const uint16_t *x, float *y, uint
     fl_cpu_act_fwd_bf16(kind, x, y, y16, n);
     return FL_OK;
 }
+fl_status fl_cpu_dev_act_bwd_bf16(fl_act kind, const uint16_t *x, const float *dy, float *dx, int64_t n) {
+    if (kind != FL_ACT_GELU && kind != FL_ACT_GELU_TANH && kind != FL_ACT_SILU)
+        return FL_ERR(FL_EINVAL, "act_bwd_bf16: kind must be GELU, GELU tanh or SiLU, got %d", (int)kind);
+    fl_cpu_act_bwd_bf16(kind, x, dy, dx, n);
+    return FL_OK;
+}
 fl_status fl_cpu_dev_softmax_fwd(bool log, const float *x, float *y, int64_t rows, int64_t cols) {
     if (log) fl_cpu_log_softmax_fwd(x, y, rows, cols); else fl_cpu_softmax_fwd(x, y, rows, cols);
     return FL_OK;
