@@ -120,3 +120,67 @@ describe("a norm whose sum of powers leaves fp32's range", function()
     near("the clipped gradient", w.grad:totable()[1], 0.5 ^ (1 / 3), 2)
   end)
 end)
+
+-- scripts/run-tests.sh had no time limit: a C test (or spec) that never returned held make test until it was stopped
+-- (CI's 90 minutes). Each part now runs under coreutils' timeout (FL_TEST_TIMEOUT_C, FL_TEST_TIMEOUT_SPECS). Stand-in
+-- binaries: a test_core whose second test hangs (with a child of its own), an fp8lab that hangs likewise.
+describe("run-tests.sh's time limits", function()
+  local q, sh = U.q, U.sh
+  local b = U.tmpdir()
+  local function stand_in(name, body) U.write(b .. "/" .. name, "#!/bin/sh\n" .. body) end
+  -- hang NAME: a child sleeping (its pid in NAME.child), then the stand-in itself sleeps
+  local function hang(name)
+    return "sleep 30 &\necho $! > " .. q(b .. "/" .. name .. ".child") .. "\nexec sleep 30\n"
+  end
+  local LIST = "if [ \"$1\" = --list ]; then printf 'c_first\\nc_hangs\\nc_last\\n'; exit 0; fi\n"
+  local C_OK = LIST .. "echo 'ok   c_first  1.0 ms'\necho 'ok   c_hangs  1.0 ms'\necho 'ok   c_last  1.0 ms'\n"
+    .. "echo '3 passed, 0 failed'\n"
+  local S_OK = "echo '1 success / 0 failures / 0 errors / 0 pending : 0.1 seconds'\n"
+  local function run(env)
+    assert(os.execute("chmod +x " .. q(b .. "/test_core") .. " " .. q(b .. "/fp8lab")))
+    os.remove(b .. "/test_core.child"); os.remove(b .. "/fp8lab.child")
+    return sh(env .. " bash scripts/run-tests.sh " .. q(b) .. " 2>&1")
+  end
+  local function gone(name)   -- the hung stand-in's child was killed with its process group (a zombie is dead)
+    local pid = U.must_read(b .. "/" .. name .. ".child"):match("%d+")
+    local stat = U.read("/proc/" .. pid .. "/stat")
+    local alive = stat ~= nil and not stat:match("^%d+ %b() Z")
+    if alive then os.execute("kill " .. pid) end
+    assert.is_falsy(alive, name .. "'s child left running")
+  end
+  teardown(function() os.execute("rm -rf " .. q(b)) end)
+
+  it("stops a hung C test, names it, kills its process group and fails", function()
+    stand_in("test_core", LIST .. "echo 'ok   c_first  1.0 ms'\n" .. hang("test_core"))
+    stand_in("fp8lab", S_OK)
+    local out, ok = run("FL_TEST_TIMEOUT_C=1")
+    assert.is_false(ok, out)
+    assert.truthy(out:find("ran past their limit of 1 s (FL_TEST_TIMEOUT_C) and were stopped, their process group "
+      .. "killed, while running test c_hangs", 1, true), out)
+    assert.truthy(out:find("ok   c_first", 1, true), out)
+    gone("test_core")
+  end)
+
+  it("stops hung specs, says so, kills their process group and fails", function()
+    stand_in("test_core", C_OK)
+    stand_in("fp8lab", "echo 'running the specs'\n" .. hang("fp8lab"))
+    local out, ok = run("FL_TEST_TIMEOUT_SPECS=1")
+    assert.is_false(ok, out)
+    assert.truthy(out:find("tests/spec) ran past their limit of 1 s (FL_TEST_TIMEOUT_SPECS) and were stopped", 1,
+      true), out)
+    assert.truthy(out:find("running the specs", 1, true), out)
+    gone("fp8lab")
+  end)
+
+  it("passes a run within its limits, and refuses a limit that is not a number of seconds", function()
+    stand_in("test_core", C_OK)
+    stand_in("fp8lab", S_OK)
+    local out, ok = run("FL_TEST_TIMEOUT_C=0 FL_TEST_TIMEOUT_SPECS=60")
+    assert.is_true(ok, out)
+    assert.truthy(out:find("4 passed, 0 failed", 1, true), out)
+    out, ok = run("FL_TEST_TIMEOUT_C=ten")
+    assert.is_false(ok, out)
+    assert.truthy(out:find("run-tests.sh: FL_TEST_TIMEOUT_C must be a whole number of seconds (0: no limit), got 'ten'",
+      1, true), out)
+  end)
+end)
