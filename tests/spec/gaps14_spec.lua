@@ -184,3 +184,47 @@ describe("run-tests.sh's time limits", function()
       1, true), out)
   end)
 end)
+
+-- A math_random state was checked in three places (load_state, fp8.set_math_random_state, the C set_state), the two
+-- Lua ones with one condition written twice, apart in one letter: load_state refused the uppercase hex digits that
+-- set_math_random_state (and the C side) took. One predicate now (fp8._luarng's is_state, the C side's own test).
+describe("the math_random state's one check", function()
+  local d
+  before_each(function() d = U.tmpdir() end)
+  after_each(function() os.execute("rm -rf " .. U.q(d)) end)
+  local R = require "fp8._luarng"
+
+  it("is_state, set_math_random_state and the C set_state agree on every value", function()
+    local good = fp8.get_math_random_state()
+    local values = { good, good:upper(), ("0"):rep(63) .. "1", ("0"):rep(64), good:sub(2), good .. "0", "abc",
+      ("g"):rep(64), good:sub(1, 63) .. "\0", 5, nil, true, {}, ("f"):rep(64) .. " " }
+    for i = 1, 14 do
+      local v = values[i]
+      local ok = pcall(fp8.set_math_random_state, v)
+      assert.are.equal(ok, R.is_state(v), ("value %d"):format(i))
+      assert.are.equal(ok, (pcall(R.set_state, v)), ("value %d (C)"):format(i))
+      fp8.set_math_random_state(good)
+    end
+  end)
+
+  it("load_state takes what set_math_random_state takes: a state in uppercase hex digits (refused before)", function()
+    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+    acc:prepare(fp8.nn.Linear(4, 4))
+    acc:save_state(d .. "/ck")
+    local p = d .. "/ck/random_states_0.json"
+    local C = require "fp8._checkpoint"
+    local rs = C.json_decode(U.read(p))
+    local want = rs.math_random
+    rs.math_random = want:upper()
+    U.write(p, C.json_encode(rs))
+    math.randomseed(3)
+    acc:load_state(d .. "/ck")
+    assert.are.equal(want, fp8.get_math_random_state())
+    U.fails_with("random_states_0.json: math_random is \"" .. ("0"):rep(64) .. "\", expected the 64 hex digits of "
+      .. "Lua's math.random state (not all zero)", function()
+        rs.math_random = ("0"):rep(64)
+        U.write(p, C.json_encode(rs))
+        acc:load_state(d .. "/ck")
+      end)
+  end)
+end)
