@@ -228,3 +228,72 @@ describe("the math_random state's one check", function()
       end)
   end)
 end)
+
+-- stop 96's hook fix left two limits (docs/robustness.md, "Lua's generator in checkpoints, and the self-referring hook
+-- (stop 96)"): a tensor used in another object's __gc after both became unreachable skipped its hooks (Lua clears a
+-- weak value that only objects being finalized reach before their finalizers run; the ephemeron keeps it), and a
+-- function stayed strongly held after its tensor stopped being shared, or after the tensor was freed, until the next
+-- backward, register_hook or remove (a model dropped with its graph and no later backward kept its hooks' closures).
+describe("the self-referring hook's limits", function()
+  local function collected(f)   -- f(weak) fills weak (weak keys); whether all of it was collected after
+    local weak = setmetatable({}, { __mode = "k" })
+    f(weak)
+    for _ = 1, 4 do collectgarbage() end
+    return next(weak) == nil
+  end
+
+  it("a tensor used in another object's __gc after both became unreachable runs its hook", function()
+    local res = {}
+    do
+      local b = fp8.tensor({ 1, 2 }):requires_grad_()
+      b:register_hook(function(g) res.called = true; return g * 3 end)
+      setmetatable({ b = b }, { __gc = function(o)
+        res.ok, res.err = pcall(function() (o.b * 2):sum():backward(); res.grad = o.b.grad:totable() end)
+      end })
+    end
+    collectgarbage(); collectgarbage()
+    assert.is_true(res.ok, tostring(res.err))
+    assert.is_true(res.called)
+    assert.are.same({ 6, 6 }, res.grad)
+  end)
+
+  it("a hook's tensor no longer shared is collectable at once (no backward, register_hook or remove after)", function()
+    assert.is_true(collected(function(weak)
+      local p = fp8.randn({ 4 }):requires_grad_()
+      local pp = p   -- (the closure's own upvalue: p = nil below must not cut the cycle)
+      p:register_hook(function(g) return g * pp end)
+      local y = (p * 2):sum()   -- p shared: the hook pinned
+      weak[p] = true
+      y = nil
+      collectgarbage(); collectgarbage()   -- y's node freed: p back to its box alone
+    end))
+  end)
+
+  it("a tensor dropped with its graph, or a model with a forward's graph, is collected without a backward", function()
+    assert.is_true(collected(function(weak)
+      local p = fp8.randn({ 4 }):requires_grad_()
+      p:register_hook(function(g) return g * p end)
+      local y = (p * 2):sum()
+      weak[p] = true; weak[y] = true
+    end))
+    assert.is_true(collected(function(weak)
+      local m = fp8.nn.Linear(4, 4)
+      for _, q in ipairs(m:parameters()) do q:register_hook(function(g) return g * m.weight:sum() end) end
+      local out = m(fp8.randn({ 2, 4 })):sum()
+      weak[m] = true; weak[m.weight] = true; weak[out] = true
+    end))
+  end)
+
+  it("a hook freed with its graph (a result's, moved to its node) lets go of its function at once", function()
+    assert.is_true(collected(function(weak)
+      local x = fp8.randn({ 4 }):requires_grad_()
+      local big = fp8.randn({ 4 })   -- what the hook refers to
+      weak[big] = true
+      local y = x * 2
+      y:register_hook(function(g) return g * big end)
+      local z = (y * 3):sum()
+      y = nil
+      collectgarbage()   -- y's box collected: its hook runs at its node, which z's graph holds; z goes at the end
+    end))
+  end)
+end)
