@@ -42,10 +42,11 @@ end
 -- as x / 2^k, 2^k near that largest |x|: the division is exact (but for elements 2^126 times smaller, which do not
 -- count), the sum lies in [2^-p, n·2^p), and the root times 2^k is the value the plain formula would give with an
 -- unbounded exponent; its gradient is the plain formula's at x / 2^k (the norm's derivative is the same at x and at
--- x / 2^k). The other slices keep the plain formula's value and gradient bits, and where no sum left the range (one
--- small test of the sums) norm_of's result itself is returned. torch 2.15 keeps the overflow
--- (linalg.vector_norm([1e20, 1e20]) is inf, of [1e-30, 1e-30] 0, so its gradients there are 0) except for a
--- one-element reduction, which is |x|; a norm whose true value is finite in fp32 comes out finite here.
+-- x / 2^k). The other slices keep the plain formula's value bits and gradient (the sign of a zero gradient aside: the
+-- unselected branch adds +0), and where no sum left the range (one small test of the sums) norm_of's result itself
+-- is returned, the same bits. torch 2.15 keeps the overflow (linalg.vector_norm([1e20, 1e20]) is inf, of
+-- [1e-30, 1e-30] 0, so its gradients there are 0) except for a one-element reduction, which is |x|; a norm whose
+-- true value is finite in fp32 comes out finite here.
 local FLT_MIN = 2 ^ -126
 function T._norm_rescaled(x, dim, norm_of)
   local r, s = norm_of(x)
