@@ -50,6 +50,11 @@ end
 local FLT_MIN = 2 ^ -126
 function T._norm_rescaled(x, dim, norm_of)
   local r, s = norm_of(x)
+  if x:numel() == 0 then return r end   -- sums of nothing: 0, right (and amax has no identity)
+  -- the common case's test: the smallest sum and the largest in range (a NaN fails it, and the test below decides)
+  local lo, hi
+  if s:dim() == 0 then lo = s:item(); hi = lo else lo, hi = s:min():item(), s:max():item() end
+  if lo >= FLT_MIN and hi < math.huge then return r end
   s = s:detach()
   local off = s:eq(math.huge):logical_or(s:lt(FLT_MIN))
   if off:any():item() == 0 then return r end   -- (item gives 0 or 1)

@@ -105,6 +105,19 @@ describe("a norm whose sum of powers leaves fp32's range", function()
     assert.are.same({ 0.25, 0.5 }, r[2])
   end)
 
+  it("empty inputs as before: sums of nothing are 0 (the rescue's amax of nothing raised)", function()
+    assert.are.same({ 0, 0, 0 }, fp8.zeros({ 0, 3 }):norm(2, 1):totable())
+    assert.are.same({ 0 }, fp8.zeros({ 0, 3 }):norm(2, 2):shape())
+    assert.are.equal(0, fp8.zeros({ 0 }):norm():item())
+    assert.are.same({ 0, 3 }, F.normalize(fp8.zeros({ 0, 3 })):shape())
+    assert.are.equal(0, fp8.zeros({ 2, 0 }):dist(fp8.zeros({ 2, 0 }), 3):item())
+    assert.are.same({ { 0, 0 }, { 0, 0 } }, fp8.cdist(fp8.zeros({ 2, 0 }), fp8.zeros({ 2, 0 }), 3):totable())
+    assert.are.same({ 0, 0 }, F.pairwise_distance(fp8.zeros({ 2, 0 }), fp8.zeros({ 2, 0 }), 3):totable())
+    assert.are.same({ 3, 0 }, fp8.zeros({ 3, 0 }):renorm(3, 1, 1):shape())
+    near("get_total_norm with an empty tensor", fp8.nn.utils.get_total_norm({ fp8.zeros({ 0 }), fp8.tensor({ BIG }) }, 3),
+      BIG)
+  end)
+
   it("get_total_norm and clip_grad_norm_ of any p (the fp32 Σ|g|^p was inf or 0 for p = 3)", function()
     local U8 = fp8.nn.utils
     for _, p in ipairs { 3, 4, 0.5, 7 } do
