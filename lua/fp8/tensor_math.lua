@@ -37,7 +37,7 @@ end
 -- ‖x‖_p as norm_of computes it, kept where the sum it is the root of stayed in fp32's normal range, and otherwise
 -- computed again from x scaled by a power of two. norm_of(v) returns the norm of v over the reduced dims (in v's
 -- graph) and the sum of |v|^p it is the root of, both of the norm's shape; dim is the reduced dim, a list of them, or
--- nil for all. A slice whose sum overflowed (inf) or fell below FLT_MIN (0 or subnormal: [1e20, 1e20]'s Σx² is inf,
+-- nil for all. A slice whose sum overflowed (inf) or fell below the smallest normal number (0 or subnormal: [1e20, 1e20]'s Σx² is inf,
 -- [1e-30, 1e-30]'s 0, where the norms are 1.414e20 and 1.414e-30) and whose largest |x| is finite and not 0 is taken
 -- as x / 2^k, 2^k near that largest |x|: the division is exact (but for elements 2^126 times smaller, which do not
 -- count), the sum lies in [2^-p, n·2^p), and the root times 2^k is the value the plain formula would give with an
@@ -47,16 +47,17 @@ end
 -- is returned, the same bits. torch 2.15 keeps the overflow (linalg.vector_norm([1e20, 1e20]) is inf, of
 -- [1e-30, 1e-30] 0, so its gradients there are 0) except for a one-element reduction, which is |x|; a norm whose
 -- true value is finite in fp32 comes out finite here.
-local FLT_MIN = 2 ^ -126
 function T._norm_rescaled(x, dim, norm_of)
   local r, s = norm_of(x)
   if x:numel() == 0 then return r end   -- sums of nothing: 0, right (and amax has no identity)
+  -- the smallest normal number of the sums' dtype (fp16's 2^-14: 2^-126 is 0 there, and an fp16 Σx² of 0 passed)
+  local tiny = s:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126
   -- the common case's test: the smallest sum and the largest in range (a NaN fails it, and the test below decides)
   local lo, hi
   if s:dim() == 0 then lo = s:item(); hi = lo else lo, hi = s:min():item(), s:max():item() end
-  if lo >= FLT_MIN and hi < math.huge then return r end
+  if lo >= tiny and hi < math.huge then return r end
   s = s:detach()
-  local off = s:eq(math.huge):logical_or(s:lt(FLT_MIN))
+  local off = s:eq(math.huge):logical_or(s:lt(tiny))
   if off:any():item() == 0 then return r end   -- (item gives 0 or 1)
   local m = x:detach():abs()
   if dim == nil then m = m:amax() else m = m:amax(dim, true) end   -- x's dims kept, so it broadcasts against x

@@ -90,6 +90,20 @@ describe("a norm whose sum of powers leaves fp32's range", function()
     assert.are.equal(0, gy[2])
   end)
 
+  it("an fp16 input to F.normalize and get_total_norm: its own smallest normal number is the test (torch's values)",
+    function()
+      -- torch 2.15: F.normalize(torch.tensor([[1e-7, 1e-7], [1, 2]]).half()) and p=3: [[0.66650390625] * 2,
+      -- [0.447265625, 0.89453125]] and [[0.66650390625] * 2, [0.480712890625, 0.96142578125]] (fp16's Σx² of the
+      -- first row is 0, which the fp32 bound 2^-126 did not catch: inf); get_total_norm of [1e-3, 1e-3] in fp16 with
+      -- p = 3: 0.0012607574462890625 (fp8lab sums the powers in float64 after the fp16 sum: within 2^-10)
+      local x = fp8.tensor({ { 1e-7, 1e-7 }, { 1, 2 } }):to("fp16")
+      assert.are.same({ { 0.66650390625, 0.66650390625 }, { 0.447265625, 0.89453125 } }, F.normalize(x):float():totable())
+      assert.are.same({ { 0.66650390625, 0.66650390625 }, { 0.480712890625, 0.96142578125 } },
+        F.normalize(x, { p = 3 }):float():totable())
+      local n = fp8.nn.utils.get_total_norm({ fp8.tensor({ 1e-3, 1e-3 }):to("fp16") }, 3)
+      assert.is_true(math.abs(n - 0.0012607574462890625) <= 2 ^ -10 * n, tostring(n))
+    end)
+
   it("F.normalize, dist, cdist, pairwise_distance and renorm on the same rows", function()
     local s = math.sqrt(0.5)
     local u = F.normalize(fp8.tensor({ { BIG, BIG }, { TINY * 1e20, TINY * 1e20 } })):totable()

@@ -71,7 +71,8 @@ local function total_norm(fname, tensors, p, error_if_nonfinite)
     for i, g in ipairs(tensors) do
       local a = (g:is_fp8() and g:dequantize() or g):abs()
       local s, k = (p == 1 and a or a:pow(p)):sum():item(), 0
-      if p ~= 1 and a:numel() > 0 and (s == math.huge or s < 2 ^ -126) then   -- (an empty one's 0 is right)
+      local tiny = a:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126   -- the smallest normal number of the sum's dtype
+      if p ~= 1 and a:numel() > 0 and (s == math.huge or s < tiny) then   -- (an empty one's 0 is right)
         local m = a:max():item()
         if m > 0 and m < math.huge then
           k = math.min(math.floor(math.log(m, 2)), 127)
