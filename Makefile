@@ -176,7 +176,8 @@ BENCH_C := $(BUILD)/bench_quantize $(BUILD)/bench_attn $(BUILD)/bench_fp8_gemm $
 # make test samples every 61st fp32 pattern in the casts' exhaustive tests, and those whose low 12 bits are 0, 1 or all
 # ones (the ties, ±0, ±inf; tests/c/test_format.c's block_patterns) (FL_TEST_QUICK=1: ~73 M of the 2^32; all of them
 # were most of the C tests' time); make test-exhaustive runs all of them, as CI does (.ci/run). FL_TEST_QUICK=0 in the
-# environment makes make test run all of them too.
+# environment makes make test run all of them too. run-tests.sh stops a part that runs past its time limit
+# (FL_TEST_TIMEOUT_C, FL_TEST_TIMEOUT_SPECS seconds; README) and fails the run.
 test: deps
 	@bash scripts/install-deps.sh test
 	@$(MAKE) --no-print-directory all $(BUILD)/test_core $(BENCH_C)

@@ -81,8 +81,9 @@ static int m_zero_grad(lua_State *L) {
  * registry (hook_fns[key] = fn). The core says when such a tensor gains a second reference (fl_set_hooks_shared):
  * hooks_shared pins its functions at once, without allocating (hook_fns[key] holds false for a weak one, so the
  * slot exists), on a thread of this state kept for it; the tensor's box is on some stack or reachable when that
- * happens, so the function is still there. Back to one reference, the key is queued and push_hook_fns makes it weak
- * again where the box is still the one holder. */
+ * happens, so the function is still there. Back to one reference, it is made weak again at once where the box is
+ * that one holder (weaken_now), else the key is queued and push_hook_fns checks it again. A hook the core frees lets
+ * go of its function at once (hook_ud_free). */
 static const char hook_fns_key = 0;    /* {[key] = fn (held) | false (held through its box)} */
 static const char hook_weak_key = 0;   /* weak values {[key] = fn}: finds a weak one's function */
 static const char hook_eph_key = 0;    /* weak keys {[box] = {[key] = fn}}: a weak one's hold */
@@ -104,10 +105,74 @@ static void queue_key(uint64_t **q, size_t *n, size_t *cap, uint64_t key) {
     (*q)[(*n)++] = key;
 }
 
-static void hook_ud_free(void *ud) { queue_key(&unref_q, &unref_n, &unref_cap, (uint64_t)(uintptr_t)ud); }
+/* The core freed a hook (its tensor freed, or removed): its function is let go at once (hook_fns[key] = nil: no
+ * allocation), the key queued for the other tables. Until stop 97 the function stayed held until the next backward,
+ * register_hook or remove, and with it what it refers to (a dropped model's tensors, through the hook's upvalues). */
+static void hook_ud_free(void *ud) {
+    lua_State *P = pin_L;
+    if (P) {
+        if (lua_rawgetp(P, LUA_REGISTRYINDEX, &hook_fns_key) == LUA_TTABLE) {
+            lua_pushnil(P);
+            lua_rawseti(P, -2, (lua_Integer)(uintptr_t)ud);
+        }
+        lua_pop(P, 1);
+    }
+    queue_key(&unref_q, &unref_n, &unref_cap, (uint64_t)(uintptr_t)ud);
+}
 
-/* fl_set_hooks_shared's callback: t's Lua hooks held strongly now (shared), or queued for a check (not). No
- * allocation, no error: it runs inside the core. */
+/* Pushes the function of hook key held through its box (pushes nil where there is none): the weak table's, or where
+ * that has lost it, the ephemeron's. Lua clears a weak value that only objects being finalized reach before their
+ * finalizers run, but keeps an ephemeron's entry whose key (the box) is being finalized until the next cycle (the
+ * manual, 2.5.4), so a box used in another object's __gc after both became unreachable finds its hooks there (they
+ * were skipped until stop 97). The scan (no allocation) runs only on such a miss. */
+static void push_weak_fn(lua_State *L, lua_Integer key) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_weak_key) == LUA_TTABLE) lua_rawgeti(L, -1, key);
+    else lua_pushnil(L);
+    lua_remove(L, -2);
+    if (!lua_isnil(L, -1)) return;
+    lua_pop(L, 1);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_eph_key) == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {   /* eph, box, {[key] = fn} */
+            if (lua_type(L, -1) == LUA_TTABLE) {
+                if (lua_rawgeti(L, -1, key) != LUA_TNIL) {   /* eph, box, t, fn */
+                    lua_replace(L, -4);
+                    lua_pop(L, 2);
+                    return;
+                }
+                lua_pop(L, 1);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    lua_pushnil(L);
+}
+
+static const char post_boxes_key;
+static bool hook_unshared(lua_State *L, int boxes, lua_Integer key);
+
+/* Hook key's function held through its box again, where it is held from the registry and the box registered on is
+ * the tensor's one holder: true when done. No allocation (hook_fns[key] exists; it takes false), so the callback
+ * below does it at once; until stop 97 the key was only queued, and the function stayed strongly held until the
+ * next backward, register_hook or remove (a model dropped with no later backward kept its hooks' closures). Where
+ * it is not done (the tables not made yet, the box not the holder) the key is queued for push_hook_fns as before. */
+static bool weaken_now(lua_State *P, lua_Integer key) {
+    const int top = lua_gettop(P);
+    bool done = false;
+    if (lua_rawgetp(P, LUA_REGISTRYINDEX, &hook_fns_key) == LUA_TTABLE && lua_rawgeti(P, -1, key) == LUA_TFUNCTION
+        && lua_rawgetp(P, LUA_REGISTRYINDEX, &post_boxes_key) == LUA_TTABLE
+        && hook_unshared(P, lua_absindex(P, -1), key)) {
+        lua_pushboolean(P, 0);
+        lua_rawseti(P, top + 1, key);
+        done = true;
+    }
+    lua_settop(P, top);
+    return done;
+}
+
+/* fl_set_hooks_shared's callback: t's Lua hooks held strongly now (shared), or held through their box again (not,
+ * weaken_now). No allocation, no error: it runs inside the core. */
 static void hooks_shared(fl_tensor *t, bool shared) {
     lua_State *P = pin_L;
     if (!P) return;
@@ -116,13 +181,15 @@ static void hooks_shared(fl_tensor *t, bool shared) {
         for (size_t i = 0; lists[l] && i < lists[l]->n; i++) {
             if (lists[l]->v[i].ud_free != hook_ud_free) continue;   /* not a Lua hook */
             const lua_Integer key = (lua_Integer)(uintptr_t)lists[l]->v[i].ud;
-            if (!shared) { queue_key(&unshare_q, &unshare_n, &unshare_cap, (uint64_t)key); continue; }
+            if (!shared) {   /* back to one holder: held through its box at once where that box is the holder */
+                if (!weaken_now(P, key)) queue_key(&unshare_q, &unshare_n, &unshare_cap, (uint64_t)key);
+                continue;
+            }
             lua_rawgetp(P, LUA_REGISTRYINDEX, &hook_fns_key);
             if (lua_rawgeti(P, -1, key) == LUA_TBOOLEAN) {   /* weak: hook_fns[key] = the function */
-                lua_rawgetp(P, LUA_REGISTRYINDEX, &hook_weak_key);
-                if (lua_rawgeti(P, -1, key) == LUA_TNIL) lua_pop(P, 1);
-                else lua_rawseti(P, -4, key);   /* an existing key: no allocation */
-                lua_pop(P, 1);
+                push_weak_fn(P, key);
+                if (lua_isnil(P, -1)) lua_pop(P, 1);
+                else lua_rawseti(P, -3, key);   /* an existing key: no allocation */
             }
             lua_pop(P, 2);
         }
@@ -131,7 +198,7 @@ static void hooks_shared(fl_tensor *t, bool shared) {
 /* A post-accumulate-grad hook's tensor as registered (the box), held weakly under the hook's key: the hook gets the
  * very object it was registered on while Lua holds it (torch's, so a table keyed by parameters finds it); every
  * hook's box, for the weak holds above. */
-static const char post_boxes_key = 0;
+static const char post_boxes_key = 0;   /* (declared above) */
 
 /* Pushes the registry table at key (made on first use; mode "k" or "v" for a weak one, NULL for none). */
 static void push_reg_table(lua_State *L, const void *key, const char *mode) {
@@ -178,7 +245,7 @@ static int pin_anchor_gc(lua_State *L) {
 static void push_hook_fns(lua_State *L) {
     if (!pin_L) {
         lua_State *P = lua_newthread(L);
-        lua_checkstack(P, 8);   /* the pins' room, taken now: a pin must not allocate */
+        lua_checkstack(P, 12);   /* the pins' room, taken now: a pin must not allocate */
         lua_newuserdatauv(L, 1, 1);   /* the anchor: holds the thread; its __gc (at lua_close) ends the pins */
         lua_insert(L, -2);
         lua_setiuservalue(L, -2, 1);
@@ -229,9 +296,7 @@ static fl_status hook_fn_push(lua_State **Lp, void *ud, int *top, bool *pushed) 
     push_hook_fns(L);
     if (lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud) == LUA_TBOOLEAN) {   /* held through its box */
         lua_pop(L, 1);
-        push_reg_table(L, &hook_weak_key, "v");
-        lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud);
-        lua_remove(L, -2);
+        push_weak_fn(L, (lua_Integer)(uintptr_t)ud);
     }
     *pushed = !lua_isnil(L, -1);
     if (!*pushed) lua_settop(L, *top);

@@ -92,17 +92,14 @@ static int l_state(lua_State *L) {
     return 1;
 }
 
-/* set_state(hex): puts back a state state() returned; raises naming what came otherwise */
-static int l_set_state(lua_State *L) {
-    fl_lmaxargs(L, 1, "set_math_random_state", "(state)");
+/* The one test of a state (set_state's, fp8.set_math_random_state's and load_state's, through is_state): the value
+ * at idx is a string of 64 hex digits, either case (state() writes lowercase), whose four words are not all zero
+ * (xoshiro256** would give 0 for ever). STATE_OK with the words in s, STATE_FORM (not 64 hex digits) or STATE_ZERO. */
+enum { STATE_OK, STATE_FORM, STATE_ZERO };
+static int state_of(lua_State *L, int idx, uint64_t s[4]) {
     size_t n = 0;
-    const char *h = lua_type(L, 1) == LUA_TSTRING ? lua_tolstring(L, 1, &n) : "";   /* a number stays one */
-    if (lua_type(L, 1) != LUA_TSTRING || n != 64 || strspn(h, "0123456789abcdefABCDEF") != 64)
-        return luaL_error(L, "set_math_random_state: expected the 64 hex digits fp8.get_math_random_state() returns "
-                          "(xoshiro256**'s four 64-bit words), got %s", lua_type(L, 1) == LUA_TSTRING
-                          ? lua_pushfstring(L, "\"%s\"", n > 70 ? "a string of another length" : h)
-                          : luaL_typename(L, 1));
-    uint64_t s[4];
+    const char *h = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &n) : "";   /* a number stays one */
+    if (lua_type(L, idx) != LUA_TSTRING || n != 64 || strspn(h, "0123456789abcdefABCDEF") != 64) return STATE_FORM;
     for (int i = 0; i < 4; i++) {
         char w[17];
         memcpy(w, h + 16 * i, 16);
@@ -111,14 +108,39 @@ static int l_set_state(lua_State *L) {
         sscanf(w, "%llx", &v);
         s[i] = (uint64_t)v;
     }
-    if ((s[0] | s[1] | s[2] | s[3]) == 0)
+    return (s[0] | s[1] | s[2] | s[3]) == 0 ? STATE_ZERO : STATE_OK;
+}
+
+/* is_state(v) -> whether v is a state set_state takes (the check of the Lua callers, each with its own message) */
+static int l_is_state(lua_State *L) {
+    fl_lmaxargs(L, 1, "math_random is_state", "(v)");
+    uint64_t s[4];
+    lua_pushboolean(L, state_of(L, 1, s) == STATE_OK);
+    return 1;
+}
+
+/* set_state(hex): puts back a state state() returned; raises naming what came otherwise */
+static int l_set_state(lua_State *L) {
+    fl_lmaxargs(L, 1, "set_math_random_state", "(state)");
+    uint64_t s[4];
+    const int form = state_of(L, 1, s);
+    if (form == STATE_FORM) {
+        size_t n = 0;
+        const char *h = lua_type(L, 1) == LUA_TSTRING ? lua_tolstring(L, 1, &n) : "";
+        return luaL_error(L, "set_math_random_state: expected the 64 hex digits fp8.get_math_random_state() returns "
+                          "(xoshiro256**'s four 64-bit words), got %s", lua_type(L, 1) == LUA_TSTRING
+                          ? lua_pushfstring(L, "\"%s\"", n > 70 ? "a string of another length" : h)
+                          : luaL_typename(L, 1));
+    }
+    if (form == STATE_ZERO)
         return luaL_error(L, "set_math_random_state: a state of four zero words is not one math.random can be in "
                           "(xoshiro256** would give 0 for ever)");
     memcpy(ranstate(L, "set_math_random_state"), s, sizeof s);
     return 0;
 }
 
-static const luaL_Reg luarng_funcs[] = { {"state", l_state}, {"set_state", l_set_state}, {NULL, NULL} };
+static const luaL_Reg luarng_funcs[] = { {"state", l_state}, {"set_state", l_set_state}, {"is_state", l_is_state},
+                                         {NULL, NULL} };
 
 int luaopen_fp8_luarng(lua_State *L) {
     lua_newtable(L);

@@ -1195,7 +1195,7 @@ function M.install(Accelerator)
         -- is, as before). Its hex digits in either case, as fp8.set_math_random_state takes them (save_state writes
         -- lower case; upper case was refused here as not "the 64 hex digits")
         local m = rs.math_random
-        if m ~= nil and (type(m) ~= "string" or #m ~= 64 or m:find("[^0-9a-fA-F]") or not m:find("[^0]")) then
+        if m ~= nil and not require("fp8._luarng").is_state(m) then   -- (set_math_random_state's test)
           error(("load_state: %s: math_random is %s, expected the 64 hex digits of Lua's math.random state (not all "
             .. "zero)"):format(rs_path, type(m) == "string" and ("\"" .. (#m > 70 and m:sub(1, 64) .. "..." or m)
             .. "\"") or tostring(m)), 0)

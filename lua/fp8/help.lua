@@ -238,8 +238,9 @@ add_all {
   { section = "Tensors", name = "Tensor:logsumexp",
     sig = "x:logsumexp(dim [, keepdim]) / x:norm([p=2 [, dim [, keepdim]]])",
     doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); the vector norm for p = 2 (\"fro\"),\n"
-       .. "1 or math.huge (max |x|), its gradient 0 where the norm is 0. Both differentiable; bf16/fp16 in fp32,\n"
-       .. "rounded once. dim may be a list of dims ({1, 3}), as torch's tuple." },
+       .. "1 or math.huge (max |x|), its gradient 0 where the norm is 0; finite where the true norm is, when Σx²\n"
+       .. "over- or underflows ({1e20, 1e20}: 1.414e20; x scaled by a power of two). Both differentiable;\n"
+       .. "bf16/fp16 in fp32, rounded once. dim may be a list of dims ({1, 3}), as torch's tuple." },
   { section = "Tensors", name = "Tensor:prod",
     sig = "x:prod([dim [, keepdim]]) / x:cumprod(dim)",
     doc = "torch's product of all elements (0-d) or along one dim, and its running products along dim. Built of\n"

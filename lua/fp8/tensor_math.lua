@@ -34,6 +34,47 @@ function T._root(s, p)
   return where(nz, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
+-- ‖x‖_p as norm_of computes it, kept where the sum it is the root of stayed in fp32's normal range, and otherwise
+-- computed again from x scaled by a power of two. norm_of(v) returns the norm of v over the reduced dims (in v's
+-- graph) and the sum of |v|^p it is the root of, both of the norm's shape; dim is the reduced dim, a list of them, or
+-- nil for all. A slice whose sum overflowed (inf) or fell below the smallest normal number (0 or subnormal: [1e20, 1e20]'s Σx² is inf,
+-- [1e-30, 1e-30]'s 0, where the norms are 1.414e20 and 1.414e-30) and whose largest |x| is finite and not 0 is taken
+-- as x / 2^k, 2^k near that largest |x|: the division is exact (but for elements 2^126 times smaller, which do not
+-- count), the sum lies in [2^-p, n·2^p), and the root times 2^k is the value the plain formula would give with an
+-- unbounded exponent; its gradient is the plain formula's at x / 2^k (the norm's derivative is the same at x and at
+-- x / 2^k). The other slices keep the plain formula's value bits and gradient (the sign of a zero gradient aside: the
+-- unselected branch adds +0), and where no sum left the range (one small test of the sums) norm_of's result itself
+-- is returned, the same bits. torch 2.15 keeps the overflow (linalg.vector_norm([1e20, 1e20]) is inf, of
+-- [1e-30, 1e-30] 0, so its gradients there are 0) except for a one-element reduction, which is |x|; a norm whose
+-- true value is finite in fp32 comes out finite here.
+function T._norm_rescaled(x, dim, norm_of)
+  local r, s = norm_of(x)
+  if x:numel() == 0 then return r end   -- sums of nothing: 0, right (and amax has no identity)
+  -- the smallest normal number of the sums' dtype (fp16's 2^-14: 2^-126 is 0 there, and an fp16 Σx² of 0 passed)
+  local tiny = s:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126
+  -- the common case's test: the smallest sum and the largest in range (a NaN fails it, and the test below decides)
+  local lo, hi
+  if s:dim() == 0 then lo = s:item(); hi = lo else lo, hi = s:min():item(), s:max():item() end
+  if lo >= tiny and hi < math.huge then return r end
+  s = s:detach()
+  local off = s:eq(math.huge):logical_or(s:lt(tiny))
+  if off:any():item() == 0 then return r end   -- (item gives 0 or 1)
+  local m = x:detach():abs()
+  if dim == nil then m = m:amax() else m = m:amax(dim, true) end   -- x's dims kept, so it broadcasts against x
+  local rescue = off:reshape(m:shape()):logical_and(m:gt(0)):logical_and(m:lt(math.huge))   -- not 0, inf or NaN
+  if rescue:any():item() == 0 then return r end   -- zero slices (a sum of 0 that is right), infinities, NaNs
+  local scale = where(rescue, m:log2():floor():clamp_max(127):exp2(), 1)   -- 2^k, k <= 127 (2^128 is inf)
+  -- The values x / 2^k and r2·2^k, the gradient ∂r2/∂y passed to x as it is: the norm's derivative (through the
+  -- division and the product, g·2^k underflowed or overflowed at the ends: [1e-45, 1e-45]'s gradient was 0). The
+  -- zero terms (v − v:detach(), 0 with a gradient of 1, finite in a rescued slice) are selected in those slices
+  -- alone, so the others keep norm_of(x)'s value and gradient bits (an inf there would have made them NaN).
+  local xd = x:detach()
+  local r2 = norm_of(where(rescue, xd / scale + (x - xd), x))
+  local r2d = r2:detach()
+  local shape = r2:shape()
+  return where(rescue:reshape(shape), r2d * scale:reshape(shape) + (r2 - r2d), r2)
+end
+
 -- A tensor of `shape` filled with v (x's dtype and device unless opts says), which stays in x's graph when x requires
 -- grad: its gradient reaches x as zeros, as torch's does, where a constant made x's .grad stay nil and a backward of
 -- it alone fail (an empty reduction's result: prod, logsumexp or median of nothing, an empty diagonal or take, a bag
@@ -235,7 +276,10 @@ Tensor.dist = at_caller(function(t, y, p, ...)
   local d = t - y
   if p == 1 or p == 2 or p == math.huge then return d:norm(p) end
   if p == 0 then return d:ne(0):to(d:dtype()):sum() end   -- torch's: the count of differing elements
-  return T._root(T._abs_pow(d, p):sum(), p)   -- torch's dist takes any p
+  return T._norm_rescaled(d, nil, function(v)   -- torch's dist takes any p; Σ|d|^p out of range: d scaled first
+    local s = T._abs_pow(v, p):sum()
+    return T._root(s, p), s
+  end)
 end)
 
 -- renorm(p, dim, maxnorm): each slice along dim (the tensor at one index of dim) whose p-norm passes maxnorm
@@ -258,7 +302,11 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
       for _, i in ipairs(others) do a = a:amax(i, true) end
       return a
     end
-    return T._root(T._abs_pow(a, p):sum(#others == 1 and others[1] or others, true), p)
+    local dims = #others == 1 and others[1] or others
+    return T._norm_rescaled(a, dims, function(v)   -- Σ|x|^p out of range: x scaled first
+      local s = T._abs_pow(v, p):sum(dims, true)
+      return T._root(s, p), s
+    end)
   end
   -- the norm takes a gradient only in the slices it scales (torch's): the others enter it detached, so a slice whose
   -- norm is NaN or inf and stays unscaled passes g through (0 times the norm's NaN local derivatives made its whole

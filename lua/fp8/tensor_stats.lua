@@ -308,7 +308,10 @@ M.cdist = at_caller(function(a, b, p, ...)
   if p == math.huge then return ad:amax(-1) end
   if p == 0 then return ad:ne(0):to(ad:dtype()):sum(-1) end
   if p == 1 then return ad:sum(-1) end
-  return T._root(p == 2 and (diff * diff):sum(-1) or T._abs_pow(ad, p):sum(-1), p)
+  return T._norm_rescaled(diff, -1, function(v)   -- Σ|d|^p out of range: d scaled first
+    local s = p == 2 and (v * v):sum(-1) or T._abs_pow(v:abs(), p):sum(-1)
+    return T._root(s, p), s
+  end)
 end)
 
 -- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each value the 0-based position in its row of

@@ -84,10 +84,12 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   elseif p == math.huge then r = x:amax(dim, keepdim)
   else
     -- Σx² in one pass (core/ops.h's fl_sum_squares: (x * x):sum(dim, keepdim)'s bits and gradient; over a list of
-    -- dims, those two)
-    local s = type(dim) == "table" and (x * x):sum(dim, keepdim) or x:_sum_squares(dim, keepdim)
-    local z = s:eq(0)             -- no history: sqrt(s + 1) - 1 is 0 there with a zero gradient; elsewhere s's root
-    r = (s + z):sqrt() - z
+    -- dims, those two); where it over- or underflows, x scaled by a power of two first (T._norm_rescaled)
+    r = T._norm_rescaled(x, dim, function(v)
+      local s = type(dim) == "table" and (v * v):sum(dim, keepdim) or v:_sum_squares(dim, keepdim)
+      local z = s:eq(0)           -- no history: sqrt(s + 1) - 1 is 0 there with a zero gradient; elsewhere s's root
+      return (s + z):sqrt() - z, s
+    end)
   end
   if x ~= t then r = r:to(dt) end
   return r

@@ -88,7 +88,11 @@ function F._p_norm(d, p, keepdim)
     local W = require("fp8.tensor")   -- where, not d·0: an inf coordinate would make the count NaN
     return W.where(W.ones_like(count), count, d:sum(-1, keepdim))
   end
-  return F._root(require("fp8.tensor")._abs_pow(d, p):sum(-1, keepdim), p)   -- (p < 1: equal coordinates too)
+  local T = require "fp8.tensor"
+  return T._norm_rescaled(d, -1, function(v)   -- (p < 1: equal coordinates too); Σ|d|^p out of range: d scaled first
+    local s = T._abs_pow(v, p):sum(-1, keepdim)
+    return F._root(s, p), s
+  end)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):

@@ -912,8 +912,11 @@ function F.normalize(x, opts, ...)
   check_dim("normalize", x, dim)
   if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
   if p == math.huge then return x / x:abs():amax(dim, true):clamp_min(eps) end   -- torch's p=inf: the largest |x|
-  local s = p == 2 and (x * x):sum(dim, true) or x:abs():pow(p):sum(dim, true)
-  return x / F._root(s, p):clamp_min(eps)
+  local n = require("fp8.tensor")._norm_rescaled(x, dim, function(v)   -- Σ|x|^p out of range: x scaled first
+    local s = p == 2 and (v * v):sum(dim, true) or v:abs():pow(p):sum(dim, true)
+    return F._root(s, p), s
+  end)
+  return x / n:clamp_min(eps)
 end
 
 -- s^(1/p) of sums s >= 0, a zero sum's root 0 with a finite gradient (fp8.tensor's): normalize's and

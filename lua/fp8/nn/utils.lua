@@ -63,12 +63,29 @@ local function total_norm(fname, tensors, p, error_if_nonfinite)
       if m > total or m ~= m then total = m end
     end
   else   -- (Σ over the tensors of Σ|g|^p)^(1/p)
-    local sum = 0.0
-    for _, g in ipairs(tensors) do
+    -- A tensor whose fp32 Σ|g|^p left the normal range (inf, or under FLT_MIN: p = 3 and [1e20, 1e20] or
+    -- [1e-30, 1e-30], whose norms are finite) is summed as |g / 2^k|^p, 2^k near its largest |g| (exact), and
+    -- counted as 2^(k·p) times that: the total is 2^K·(Σ sᵢ·2^((kᵢ − K)·p))^(1/p), K the largest kᵢ of a nonzero
+    -- sum, in float64. Where no sum left the range every k is 0: the plain sum, the same bits.
+    local sums, ks, K = {}, {}, nil
+    for i, g in ipairs(tensors) do
       local a = (g:is_fp8() and g:dequantize() or g):abs()
-      sum = sum + (p == 1 and a or a:pow(p)):sum():item()
+      local s, k = (p == 1 and a or a:pow(p)):sum():item(), 0
+      local tiny = a:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126   -- the smallest normal number of the sum's dtype
+      if p ~= 1 and a:numel() > 0 and (s == math.huge or s < tiny) then   -- (an empty one's 0 is right)
+        local m = a:max():item()
+        if m > 0 and m < math.huge then
+          k = math.min(math.floor(math.log(m, 2)), 127)
+          s = (a / 2.0 ^ k):pow(p):sum():item()
+        end
+      end
+      sums[i], ks[i] = s, k
+      if s ~= 0 and (K == nil or k > K) then K = k end
     end
-    total = sum ^ (1 / p)
+    K = K or 0
+    local sum = 0.0
+    for i = 1, #sums do sum = sum + (ks[i] == K and sums[i] or sums[i] * 2.0 ^ ((ks[i] - K) * p)) end
+    total = K == 0 and sum ^ (1 / p) or 2.0 ^ K * sum ^ (1 / p)
   end
   if error_if_nonfinite and (total ~= total or total == math.huge) then
     error(("%s: the total norm of order %s of the gradients is non-finite (%s), so it cannot be clipped; "
