@@ -39,8 +39,8 @@ describe("a scheduler's base_lrs written as a table whose __len and __index lie"
     assert.truthy(tostring(err):find("StepLR:state_dict: base_lrs must be a list", 1, true), err)
   end)
 
-  it("a ReduceLROnPlateau's state_dict ends with base_lrs or min_lrs written so", function()
-    for _, k in ipairs { "base_lrs", "min_lrs" } do
+  it("a ReduceLROnPlateau's state_dict ends with base_lrs, min_lrs or _last_lr written so", function()
+    for _, k in ipairs { "base_lrs", "min_lrs", "_last_lr" } do
       local s = L.ReduceLROnPlateau(sgd())
       s[k] = lying()
       local ok, sd = ends(s.state_dict, s)
@@ -49,8 +49,15 @@ describe("a scheduler's base_lrs written as a table whose __len and __index lie"
       local err
       ok, err = ends(s.state_dict, s)
       assert.is_false(ok)
-      assert.truthy(tostring(err):find("ReduceLROnPlateau:state_dict: " .. k .. " must be a list of numbers", 1, true), err)
+      local want = k == "_last_lr" and "ReduceLROnPlateau:get_last_lr: _last_lr must be a list of learning rates"
+        or "ReduceLROnPlateau:state_dict: " .. k .. " must be a list of numbers"
+      assert.truthy(tostring(err):find(want, 1, true), err)
     end
+    local s = L.StepLR(sgd(), { step_size = 1 })
+    s._last_lr = lying()
+    local ok, lrs = ends(s.get_last_lr, s)
+    assert.is_true(ok, lrs)
+    assert.are.same({}, lrs)
   end)
 end)
 

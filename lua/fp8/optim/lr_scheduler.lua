@@ -302,7 +302,13 @@ function Scheduler:step(epoch)
 end
 
 function Scheduler:get_last_lr()
-  return table.move(self._last_lr, 1, #self._last_lr, 1, {})
+  -- (read raw, as base_list: a _last_lr whose __len lies made table.move run for ever; stop 97)
+  local last = rawget(self, "_last_lr")
+  if type(last) ~= "table" then
+    error(("%s:get_last_lr: _last_lr must be a list of learning rates, got %s"):format(rawget(self, "name"),
+      O.got(last)), 2)
+  end
+  return table.move(last, 1, rawlen(last), 1, {})
 end
 
 -- The schedule itself, for a state to be checked against: the lr factor its function gives group 1 on base 1 (on
@@ -1357,7 +1363,7 @@ function Plateau:step(metric)
   return self
 end
 
-function Plateau:get_last_lr() return table.move(self._last_lr, 1, #self._last_lr, 1, {}) end
+function Plateau:get_last_lr() return Scheduler.get_last_lr(self) end
 
 local PLATEAU_STATE = { "last_epoch", "best", "num_bad_epochs", "cooldown_counter" }
 -- The settings a state records (`settings`), as the closed forms record their schedule: torch's state_dict carries
