@@ -109,8 +109,10 @@ local VALUES = {
   "('0'):rep(31) .. '\\0' .. ('1'):rep(32)", "fp8.get_math_random_state()", "fp8.get_rng_state()",
   -- tensors of -0, NaN and both infinities (fp32 and bf16), views that are not contiguous (a transpose, a narrow of
   -- the last dim), and a [2, 3] view of a 2^40-row expand (a huge tensor's view, stride 0)
-  "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}", "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}:to('bf16')",
-  "fp8.arange(6):view{3, 2}:t()", "fp8.arange(8):view{2, 4}:narrow(2, 2, 3)", "fp8.ones{1}:expand{2^40, 3}:narrow(1, 2^40 - 1, 2)",
+  "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}",
+  "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}:to('bf16')",
+  "fp8.arange(6):view{3, 2}:t()", "fp8.arange(8):view{2, 4}:narrow(2, 2, 3)",
+  "fp8.ones{1}:expand{2^40, 3}:narrow(1, 2^40 - 1, 2)",
 }
 -- Globals the values above use, defined in the children's environment (and in a reproducer that needs them). O
 -- and T are the call's object and tensor argument. RELEASE frees them (t:free(), or close(); a table's tensor
@@ -251,7 +253,8 @@ local function method_chain(v)
       local m2 = getmetatable(idx)
       idx = m2 and rawget(m2, "__index")
     elseif type(idx) == "function" then
-      if idx == rawget(mt, "__index") then chain[#chain + 1] = mt end   -- (its own functions O[k] gives: a handle's remove)
+      -- (its metatable's own functions, which O[k] may give: a handle's remove)
+      if idx == rawget(mt, "__index") then chain[#chain + 1] = mt end
       local n, up = 1, nil
       repeat
         local name, val = debug.getupvalue(idx, n)

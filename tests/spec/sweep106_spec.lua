@@ -9,7 +9,9 @@ local L = fp8.optim.lr_scheduler
 local function sgd(lr) return fp8.optim.SGD(fp8.nn.Linear(1, 1):parameters(), { lr = lr or 1 }) end
 
 -- A table whose __len lies and whose __index answers every key (the sweep's LYING value)
-local function lying() return setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end }) end
+local function lying()
+  return setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+end
 
 -- f() run with a budget of Lua instructions (a count hook, not a clock): a loop that never ends fails the case
 local function ends(f, ...)
@@ -150,7 +152,8 @@ describe("ReduceLROnPlateau with NaN and infinite metrics, against torch 2.15", 
     -- the mode's start is still left out, and loads back
     local s = L.ReduceLROnPlateau(sgd())
     assert.is_nil(s:state_dict().best)
-    local ok, err = pcall(s.load_state_dict, s, { last_epoch = 0, num_bad_epochs = 0, cooldown_counter = 0, best = "x" })
+    local ok, err = pcall(s.load_state_dict, s,
+      { last_epoch = 0, num_bad_epochs = 0, cooldown_counter = 0, best = "x" })
     assert.is_false(ok)
     assert.truthy(tostring(err):find('best must be a number (or "inf", "-inf"), got "x"', 1, true), err)
   end)

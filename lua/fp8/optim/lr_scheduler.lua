@@ -341,7 +341,8 @@ end
 function Scheduler:state_dict()
   local bl = base_list(self, self.name .. ":state_dict")
   return { last_epoch = self.last_epoch, base_lrs = table.move(bl, 1, rawlen(bl), 1, {}),
-    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self), kept_groups = kept_list(self, bl) }
+    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self),
+    kept_groups = kept_list(self, bl) }
 end
 
 -- Why a state from state_dict() is not this scheduler's (another class, or settings that give other lrs), or nil
