@@ -1184,11 +1184,17 @@ function M.install(Accelerator)
         local rs_path = join(dir, ("random_states_%d.json"):format(rank))
         rs = read_json(rs_path)
         if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s has no fp8 generator"):format(rs_path), 0) end
+        -- a value of the file as a refusal shows it: a long string cut (a seed of a megabyte was all in the message
+        -- until stop 97), anything else by its kind ("a table", not "table: 0x...")
+        local function shown(v)
+          if type(v) == "string" then return "\"" .. (#v > 70 and v:sub(1, 64) .. "..." or v) .. "\"" end
+          return O.got(v)
+        end
         for j, what in ipairs { "seed", "counter" } do
           local v = rs.fp8[j]
           if type(v) ~= "string" or #v ~= 16 or not v:match("^%x+$") then
             error(("load_state: %s: the fp8 generator's %s is %s, expected 16 hex digits"):format(rs_path, what,
-              type(v) == "string" and ("\"" .. v .. "\"") or tostring(v)), 0)
+              shown(v)), 0)
           end
         end
         -- Lua's math.random (since stop 96; a checkpoint saved before has none, and math.random goes on from where it
@@ -1197,8 +1203,7 @@ function M.install(Accelerator)
         local m = rs.math_random
         if m ~= nil and not require("fp8._luarng").is_state(m) then   -- (set_math_random_state's test)
           error(("load_state: %s: math_random is %s, expected the 64 hex digits of Lua's math.random state (not all "
-            .. "zero)"):format(rs_path, type(m) == "string" and ("\"" .. (#m > 70 and m:sub(1, 64) .. "..." or m)
-            .. "\"") or tostring(m)), 0)
+            .. "zero)"):format(rs_path, shown(m)), 0)
         end
         if m ~= nil then require("fp8._luarng").state() end   -- the layout check: refused here, before anything moved
       end

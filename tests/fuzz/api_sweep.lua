@@ -103,6 +103,16 @@ local VALUES = {
   "setmetatable({}, {__index = function() collectgarbage() end, __len = function() collectgarbage(); return 2 end, __close = function() collectgarbage() end})",
   "function() RELEASE() end", "function() collectgarbage(); collectgarbage() end",
   "GC_DURING(2)", "GC_DURING(fp8.ones{2, 3})", "GC_DURING({})",
+  -- (stop 97) state strings: hex of the wrong length, of the right length but all zeros, in capitals, with a NUL or a
+  -- non-hex digit inside, and the real states of fp8's generator and Lua's math.random (a setter's whole path)
+  "('0'):rep(64)", "('0'):rep(32)", "('f'):rep(63)", "('f'):rep(65)", "('F'):rep(64)", "('g'):rep(64)",
+  "('0'):rep(31) .. '\\0' .. ('1'):rep(32)", "fp8.get_math_random_state()", "fp8.get_rng_state()",
+  -- tensors of -0, NaN and both infinities (fp32 and bf16), views that are not contiguous (a transpose, a narrow of
+  -- the last dim), and a [2, 3] view of a 2^40-row expand (a huge tensor's view, stride 0)
+  "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}",
+  "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}:to('bf16')",
+  "fp8.arange(6):view{3, 2}:t()", "fp8.arange(8):view{2, 4}:narrow(2, 2, 3)",
+  "fp8.ones{1}:expand{2^40, 3}:narrow(1, 2^40 - 1, 2)",
 }
 -- Globals the values above use, defined in the children's environment (and in a reproducer that needs them). O
 -- and T are the call's object and tensor argument. RELEASE frees them (t:free(), or close(); a table's tensor
@@ -134,8 +144,12 @@ function GC_DURING(v)
   collectgarbage("generational", 1, 1)
   return v
 end
+function BACK(r, ...)
+  if fp8.is_tensor(r) and r:requires_grad() then r:sum():backward() end
+  return r, ...
+end
 ]]
-local HELPER_NAMES = { "RELEASE", "GC_DURING" }
+local HELPER_NAMES = { "RELEASE", "GC_DURING", "BACK" }
 
 -- Instances, one of each kind we can build: Lua source; the instance is the expression's value.
 -- Kinds reached only as results (e.g. a tensor's grad_fn) are found automatically too.
@@ -225,6 +239,34 @@ local BINOPS = { __add = "+", __sub = "-", __mul = "*", __div = "/", __mod = "%"
                  __band = "&", __bor = "|", __bxor = "~", __shl = "<<", __shr = ">>", __concat = "..",
                  __eq = "==", __lt = "<", __le = "<=" }
 
+-- The tables whose functions are v's methods: v itself (a table), then its __index chain of tables (a C __index
+-- function: its upvalue table, if any, and its metatable's own functions, which O[k] may answer)
+local function method_chain(v)
+  local mt = getmetatable(v)
+  local idx = type(mt) == "table" and rawget(mt, "__index")
+  local chain, guard = {}, 0
+  if type(v) == "table" then chain[#chain + 1] = v end
+  while idx and guard < 10 do
+    guard = guard + 1
+    if type(idx) == "table" then
+      chain[#chain + 1] = idx
+      local m2 = getmetatable(idx)
+      idx = m2 and rawget(m2, "__index")
+    elseif type(idx) == "function" then
+      -- (its metatable's own functions, which O[k] may give: a handle's remove)
+      if idx == rawget(mt, "__index") then chain[#chain + 1] = mt end
+      local n, up = 1, nil
+      repeat
+        local name, val = debug.getupvalue(idx, n)
+        if type(val) == "table" and name ~= "_ENV" and val ~= _G then up = val end
+        n = n + 1
+      until name == nil or up
+      idx = up
+    else idx = nil end
+  end
+  return chain
+end
+
 local function enumerate()
   local fp8 = _G.fp8 or require "fp8"
   local entries, seen_fn, insts, inst_by_mt = {}, {}, {}, {}
@@ -268,12 +310,17 @@ local function enumerate()
   -- one instance per kind (metatable) from the seeds
   local function add_inst(src, v)
     local mt = getmetatable(v)
-    if (type(v) ~= "table" and type(v) ~= "userdata") or mt == nil or inst_by_mt[mt] then return end
+    if (type(v) ~= "table" and type(v) ~= "userdata") or mt == nil then return end
+    if inst_by_mt[mt] then   -- another source of a kind already found (a tensor that requires grad): the probes' too
+      local alts = insts[inst_by_mt[mt]].alts
+      alts[#alts + 1] = src
+      return
+    end
     local name = rawget(mt, "__name") or (type(mt.__index) == "table" and rawget(mt.__index, "__name"))
       or src:match("^[%w_.]+") or ("obj" .. #insts + 1)
     if name == "FILE*" then return end   -- Lua's io library, not ours (and closing stderr hides reports)
-    inst_by_mt[mt] = true
-    insts[#insts + 1] = { src = src, name = tostring(name), value = v }
+    insts[#insts + 1] = { src = src, name = tostring(name), value = v, alts = {} }
+    inst_by_mt[mt] = #insts
   end
   for _, src in ipairs(SEEDS) do
     local f = load("return " .. src, "=seed", "t", setmetatable({ fp8 = fp8 }, { __index = _G }))
@@ -292,16 +339,31 @@ local function enumerate()
       if t then for _, v in pairs(t) do if type(v) == "function" then reached[v] = true end end end
     end
   end
-  local function new_methods(v)
+  -- the table of v's methods: its __index table, or (an __index function) its metatable's own functions
+  local function method_table(v)
     local mt = getmetatable(v)
     local idx = type(mt) == "table" and rawget(mt, "__index")
-    if type(idx) ~= "table" or inst_by_mt[mt] then return false end
+    if type(idx) == "table" then return idx end
+    return type(idx) == "function" and mt or nil
+  end
+  local function new_methods(v)
+    local mt = getmetatable(v)
+    local idx = method_table(v)
+    if not idx or inst_by_mt[mt] then return false end
     for k, f in pairs(idx) do
       if type(k) == "string" and not k:match("^_") and type(f) == "function" and not reached[f] and not seen_fn[f] then
-        return true
+        local ok, real = pcall(function() return v[k] end)
+        if ok and real == f then return true end
       end
     end
     return false
+  end
+  local function probe_add(src, v, probed)
+    add_inst(src, v)
+    probed[#probed + 1] = src
+    for _, f in pairs(method_table(v)) do
+      if type(f) == "function" then reached[f] = true end
+    end
   end
   -- The parent probes (in its sandbox directory, below: a constructor may write files, SummaryWriter() its runs/)
   -- and hands the children what it found (FP8LAB_SWEEP_PROBED), so each child builds only those.
@@ -326,12 +388,30 @@ local function enumerate()
           local src = e.expr .. "(" .. a .. ")"
           local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
           if ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v) then
-            add_inst(src, v)
-            probed[#probed + 1] = src
-            for _, f in pairs(rawget(getmetatable(v), "__index")) do
-              if type(f) == "function" then reached[f] = true end
-            end
+            probe_add(src, v, probed)
             break
+          end
+        end
+      end
+    end
+    -- (stop 97) the handles a register_* method returns (torch's RemovableHandle: a tensor's register_hook, a
+    -- module's forward hooks, ...), whose remove a hostile value never reached: every register_* method of every
+    -- kind, on each source of the kind (a tensor that requires grad, for a tensor's hooks), given a function
+    for ii = 1, #insts do
+      local inst = insts[ii]
+      local names = {}
+      for _, t in ipairs(method_chain(inst.value)) do
+        for k, f in pairs(t) do if type(k) == "string" and type(f) == "function" then names[k] = true end end
+      end
+      for _, k in ipairs(sorted_keys(names)) do
+        if k:match("^register_") and not denied(inst.name .. ":" .. k) then
+          for _, from in ipairs { inst.src, table.unpack(inst.alts) } do
+            local src = "(" .. from .. "):" .. k .. "(function() end)"
+            local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
+            if ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v) then
+              probe_add(src, v, probed)
+              break
+            end
           end
         end
       end
@@ -357,26 +437,7 @@ local function enumerate()
     local mt = getmetatable(inst.value)
     local methods, fields = {}, {}
     -- methods: the __index chain of tables (a C __index function: its upvalue table, if any)
-    local idx = type(mt) == "table" and rawget(mt, "__index")
-    local chain, guard = {}, 0
-    if type(inst.value) == "table" then chain[#chain + 1] = inst.value end
-    while idx and guard < 10 do
-      guard = guard + 1
-      if type(idx) == "table" then
-        chain[#chain + 1] = idx
-        local m2 = getmetatable(idx)
-        idx = m2 and rawget(m2, "__index")
-      elseif type(idx) == "function" then
-        local n, up = 1, nil
-        repeat
-          local name, val = debug.getupvalue(idx, n)
-          if type(val) == "table" and name ~= "_ENV" and val ~= _G then up = val end
-          n = n + 1
-        until name == nil or up
-        idx = up
-      else idx = nil end
-    end
-    for _, t in ipairs(chain) do
+    for _, t in ipairs(method_chain(inst.value)) do
       for _, k in ipairs(sorted_keys(t)) do
         local v = rawget(t, k)
         local okm, real = pcall(function() return inst.value[k] end)   -- only what O[k] really gives
@@ -384,11 +445,21 @@ local function enumerate()
         elseif t == inst.value and type(v) ~= "function" then fields[k] = true end
       end
     end
+    local is_tensor = fp8.is_tensor(inst.value)
     for _, k in ipairs(sorted_keys(methods)) do
       local path = inst.name .. ":" .. k
-      if not denied(path) then entries[#entries + 1] = { kind = "method", inst = ii, name = k } end
+      if not denied(path) then entries[#entries + 1] = { kind = "method", inst = ii, name = k, tensor = is_tensor } end
     end
-    for _, k in ipairs(sorted_keys(fields)) do entries[#entries + 1] = { kind = "field", inst = ii, name = k } end
+    -- (stop 97) a field written by hand is also read back by the object's own use of it: its step (with no argument,
+    -- and with 1: a scheduler's metric or epoch) and its state_dict, the methods of torch's stateful objects
+    -- (optimizers, schedulers, scalers) that read their settings; a written field was only shown (tostring) before
+    local uses = {}
+    for _, u in ipairs { { "step", "" }, { "step", "1" }, { "state_dict", "" } } do
+      if methods[u[1]] then uses[#uses + 1] = ("O:%s(%s)"):format(u[1], u[2]) end
+    end
+    for _, k in ipairs(sorted_keys(fields)) do
+      entries[#entries + 1] = { kind = "field", inst = ii, name = k, uses = uses }
+    end
     for _, k in ipairs(sorted_keys(mt)) do
       if type(rawget(mt, k)) == "function" and k:match("^__") then entries[#entries + 1] = { kind = "op", inst = ii, name = k } end
     end
@@ -403,16 +474,26 @@ end
 -- ---- calls ----------------------------------------------------------------------------------
 -- The call body with O (the instance) and V (the hostile value); forms per entry kind.
 -- T, the tensor argument, is built before V (T_SRC), so V can reach it.
-local function T_SRC(e) return e.kind == "method" and "fp8.ones{1, 2}" or "fp8.ones{2, 3}" end
+-- The last form of a function or method (since stop 97) takes T requiring grad (a function's first argument, a tensor
+-- method's self, any other method's first argument) and runs a backward through a result that requires grad (BACK):
+-- the backward kernels (softmax along a strided dim, rms_norm, gather, hypot, ...) were reached by no hostile value.
+local T_GRAD = "fp8.tensor{{0.5, -1, 2}, {3, -0.25, 1}}:requires_grad(true)"
+local function T_SRC(e, form)
+  if form and form:find("BACK(", 1, true) then return T_GRAD end
+  return e.kind == "method" and "fp8.ones{1, 2}" or "fp8.ones{2, 3}"
+end
 local function forms(e)
   if e.kind == "func" then
-    return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(T, V)" }
+    return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(T, V)",
+             "return BACK(" .. e.expr .. "(T, V))" }
   elseif e.kind == "method" then
     local m = ("O[%q]"):format(e.name)
     return { "return " .. m .. "(O, V)", "return " .. m .. "(V)", "return " .. m .. "(O, 2, V)",
-             "return " .. m .. "(O, T, V)" }
+             "return " .. m .. "(O, T, V)", "return BACK(" .. m .. (e.tensor and "(T, V))" or "(O, T, V))") }
   elseif e.kind == "field" then
-    return { ("O[%q] = V; return tostring(O)"):format(e.name) }
+    local f = { ("O[%q] = V; return tostring(O)"):format(e.name) }
+    for _, u in ipairs(e.uses or {}) do f[#f + 1] = ("O[%q] = V; return %s"):format(e.name, u) end
+    return f
   else
     local k = e.name
     if BINOPS[k] then return { "return O " .. BINOPS[k] .. " V", "return V " .. BINOPS[k] .. " O" } end
@@ -439,10 +520,11 @@ local function uses_helpers(vsrc)
 end
 local function repro(e, insts, form, vsrc)
   local o = e.inst and ("local O = " .. insts[e.inst].src .. "; ") or ""
-  if form:find("T", 1, true) or uses_helpers(vsrc) then o = o .. "local T = " .. T_SRC(e) .. "; " end
+  local helpers = uses_helpers(vsrc) or uses_helpers(form)
+  if form:find("T", 1, true) or helpers then o = o .. "local T = " .. T_SRC(e, form) .. "; " end
   local body = form
   if body:match("^return ") then body = "print(select('#', " .. body:sub(8) .. "))" end
-  if uses_helpers(vsrc) then o = o .. HELPERS:gsub("%s*\n%s*", " ") .. " "; body = "IN_CALL = true; " .. body end
+  if helpers then o = o .. HELPERS:gsub("%s*\n%s*", " ") .. " "; body = "IN_CALL = true; " .. body end
   local code = o .. "local V = " .. vsrc .. "; " .. body
   return EXE .. " -e '" .. code:gsub("'", "'\\''") .. "'"
 end
@@ -526,7 +608,7 @@ local function child(spec)
     end
     local fn = load("local O, V = ...; " .. form, "=call", "t", env)
     local vf = load("return " .. VALUES[vi], "=value", "t", env)
-    env.O, env.T = O, load("return " .. T_SRC(e), "=T", "t", env)()
+    env.O, env.T = O, load("return " .. T_SRC(e, form), "=T", "t", env)()
     local okv, V = pcall(vf)
     local t0 = os.clock()
     local lim = limit * (e.kind == "func" and SLOW[e.expr] or 1)
@@ -550,7 +632,11 @@ local function child(spec)
     end
     prog:write("E ", id, " ", status, " ", (detail:gsub("\n", " "):sub(1, 300)), "\n")
     -- keep the instance usable: if a call released or broke it, rebuild for the next call
-    if (not ok or uses_helpers(VALUES[vi])) and e.inst then inst_vals[e.inst] = nil end
+    -- (a field written by hand, since stop 97 read back by the object's step: a fresh object for the next call, as
+    -- the reproducer builds one)
+    if (not ok or uses_helpers(VALUES[vi]) or uses_helpers(form) or e.kind == "field") and e.inst then
+      inst_vals[e.inst] = nil
+    end
     env.O, env.T = nil, nil
     gc_mode()
     collectgarbage("step", 100)
@@ -637,7 +723,9 @@ local function parent()
   if opt.list then
     for i, e in ipairs(entries) do print(i, e.kind, entry_label(e, insts)) end
     for i, inst in ipairs(insts) do print("kind", i, inst.name, inst.src) end
-    print(("%d entries over %d kinds of object"):format(#entries, #insts))
+    local n = 0
+    for _, e in ipairs(entries) do n = n + #forms(e) * #VALUES end
+    print(("%d entries over %d kinds of object, %d calls (%d values)"):format(#entries, #insts, n, #VALUES))
     return 0
   end
   -- the call list

@@ -54,8 +54,8 @@ describe("review14: ReduceLROnPlateau:step checks what _is_better reads before i
   -- a threshold that is not a number was Lua's own "attempt to perform arithmetic on a string value"
   it("refuses a best, mode, threshold_mode or threshold written by hand, and moves nothing", function()
     for _, c in ipairs {
-      { "best", "x", "ReduceLROnPlateau:step: best (the best metric so far) must be a number, got \"x\" (a string)" },
-      { "best", {}, "ReduceLROnPlateau:step: best (the best metric so far) must be a number, got a table" },
+      { "best", "x", "ReduceLROnPlateau:step: best must be a number (not NaN), got \"x\" (a string)" },
+      { "best", {}, "ReduceLROnPlateau:step: best must be a number (not NaN), got a table" },
       { "mode", "mx", "ReduceLROnPlateau:step: mode must be \"min\" or \"max\", got \"mx\" (a string)" },
       { "threshold_mode", "ab",
         "ReduceLROnPlateau:step: threshold_mode must be \"rel\" or \"abs\", got \"ab\" (a string)" },

@@ -179,6 +179,26 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   return self
 end
 
+-- sched.base_lrs as a user may write it (torch's schedulers read the field; CyclicLR's since stop 95), checked where it
+-- is read: a list of finite numbers >= 0, one per group (a group added since joins in get_lr), read raw. Anything
+-- else was Lua's own error ("attempt to get length of a number value", "attempt to sub a 'number' with a 'string'"),
+-- a negative lr in the message, or, for a table whose __index answers every key, a step that never ended (ipairs
+-- walked it for ever; the sweep's lying list, stop 97). Raises at level 0 with fname's name.
+local function base_list(self, fname)
+  local bl = rawget(self, "base_lrs")
+  if type(bl) ~= "table" then
+    error(("%s: base_lrs must be a list of learning rates (finite numbers >= 0, one per parameter group), got %s")
+      :format(fname, O.got(bl)), 0)
+  end
+  for i = 1, rawlen(bl) do
+    local v = rawget(bl, i)
+    if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+      error(("%s: base_lrs[%d] must be a finite number >= 0, got %s"):format(fname, i, O.got(v)), 0)
+    end
+  end
+  return bl
+end
+
 function Scheduler:get_lr()
   -- A group added since (opt:add_param_group) joins. In a schedule that multiplies the lr step by step (torch's
   -- chainable forms: ConstantLR, LinearLR, ExponentialLR, StepLR, MultiStepLR, PolynomialLR, MultiplicativeLR, and a
@@ -191,22 +211,9 @@ function Scheduler:get_lr()
   -- torch's forms return the group's lr unchanged past total_iters (it had base · 0 = 0 before review 10b); its index
   -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base (in a ChainedScheduler such a
   -- member's factor counts as 1: lr_fn's 4th argument, and the other members scale it, as torch's chain).
-  -- sched.base_lrs as a user may write it (torch's schedulers read the field; CyclicLR's since stop 95): a list of
-  -- finite numbers >= 0, one per group (a group added since joins below). Anything else was Lua's own error ("attempt
-  -- to get length of a number value", "attempt to sub a 'number' with a 'string'") or a negative lr in the message.
-  local bl = self.base_lrs
-  if type(bl) ~= "table" then
-    error(("%s: base_lrs must be a list of learning rates (finite numbers >= 0, one per parameter group), got %s")
-      :format(self.name, O.got(bl)), 0)
-  end
-  for i = 1, rawlen(bl) do
-    local v = rawget(bl, i)
-    if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
-      error(("%s: base_lrs[%d] must be a finite number >= 0, got %s"):format(self.name, i, O.got(v)), 0)
-    end
-  end
+  local bl = base_list(self, self.name)
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
-  for i = #self.base_lrs + 1, #self.optimizer.param_groups do
+  for i = rawlen(bl) + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
     g.initial_lr = g.initial_lr or g.lr
     local base = g.initial_lr
@@ -228,13 +235,14 @@ function Scheduler:get_lr()
         rawset(self, "_kept", kept)
       end
     end
-    self.base_lrs[i] = base
+    rawset(bl, i, base)
   end
   local out = {}
   local t = rawget(self, "_pos") or self.last_epoch
   local kept = rawget(self, "_kept") or {}
   local chained = rawget(self, "_chained")
-  for i, base in ipairs(self.base_lrs) do
+  for i = 1, rawlen(bl) do
+    local base = rawget(bl, i)
     local lr = self._lr_fn(t, base, i, kept[i])
     if lr == 0 and kept[i] and not chained then lr = base end
     if type(lr) ~= "number" or not (lr >= 0 and lr < math.huge) then
@@ -294,7 +302,13 @@ function Scheduler:step(epoch)
 end
 
 function Scheduler:get_last_lr()
-  return table.move(self._last_lr, 1, #self._last_lr, 1, {})
+  -- (read raw, as base_list: a _last_lr whose __len lies made table.move run for ever; stop 97)
+  local last = rawget(self, "_last_lr")
+  if type(last) ~= "table" then
+    error(("%s:get_last_lr: _last_lr must be a list of learning rates, got %s"):format(rawget(self, "name"),
+      O.got(last)), 2)
+  end
+  return table.move(last, 1, rawlen(last), 1, {})
 end
 
 -- The schedule itself, for a state to be checked against: the lr factor its function gives group 1 on base 1 (on
@@ -318,15 +332,17 @@ local function schedule_probe(self)
 end
 
 -- kept_groups: the groups that joined a PolynomialLR or LinearLR past its end and keep their lr (get_lr), when any
-local function kept_list(self)
+local function kept_list(self, bl)
   local kept, list = rawget(self, "_kept"), {}
-  for i = 1, #self.base_lrs do if kept and kept[i] then list[#list + 1] = i end end
+  for i = 1, rawlen(bl) do if kept and kept[i] then list[#list + 1] = i end end
   return #list > 0 and list or nil
 end
 
 function Scheduler:state_dict()
-  return { last_epoch = self.last_epoch, base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}),
-    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self), kept_groups = kept_list(self) }
+  local bl = base_list(self, self.name .. ":state_dict")
+  return { last_epoch = self.last_epoch, base_lrs = table.move(bl, 1, rawlen(bl), 1, {}),
+    position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self),
+    kept_groups = kept_list(self, bl) }
 end
 
 -- Why a state from state_dict() is not this scheduler's (another class, or settings that give other lrs), or nil
@@ -1234,8 +1250,9 @@ end
 -- Until stop 96 it was a public is_better(a) (torch 1.x's public name), which took the best from the scheduler (a best
 -- given as torch passes it was dropped) and compared a hostile a with Lua's own "attempt to compare table with number".
 -- The settings it reads, as a user may have written them on the scheduler (the constructor checked what it was given):
--- refused naming fname; level as error's, counted from the function that calls this one. A mode other than "min" was taken as "max", a
--- threshold_mode other than "rel" as "abs", and a threshold that is not a number was Lua's own arithmetic error.
+-- refused naming fname; level as error's, counted from the function that calls this one. A mode other than "min" was
+-- taken as "max", a threshold_mode other than "rel" as "abs", and a threshold that is not a number was Lua's own
+-- arithmetic error.
 local function check_comparison(self, fname, level)
   local function refuse(what, v) error(("%s: %s, got %s"):format(fname, what, O.got(v)), level + 2) end
   if self.mode ~= "min" and self.mode ~= "max" then refuse("mode must be \"min\" or \"max\"", self.mode) end
@@ -1263,6 +1280,29 @@ function Plateau:_is_better(a, best, ...)
   return self.threshold_mode == "rel" and a > best * (th + 1) or self.threshold_mode == "abs" and a > best + th
 end
 
+-- The settings and counters step reads, as a user may write them between steps: torch's are attributes its step reads
+-- (sched.factor = 0.5 or sched.patience = 2 mid-run is honoured, here too), and its constructor checks them only when
+-- it is made. Written later they were not checked here either until stop 97: a mode of "maximum" or a threshold_mode
+-- of "relative" was taken as another one (every metric counted as no improvement, and the lr went down each step past
+-- patience), a factor of 2 or an eps of NaN left the lr alone for ever, a threshold or patience of "x" was Lua's own
+-- "attempt to compare string with number". Each is refused as the constructor refuses it (best as load_state_dict
+-- does), before the step changes anything. Raises at level 3 (step's caller).
+local function plateau_checked(self)
+  local function bad(k, want)
+    error(("ReduceLROnPlateau:step: %s must be %s, got %s"):format(k, want, O.got(rawget(self, k))), 4)
+  end
+  check_comparison(self, "ReduceLROnPlateau:step", 3)   -- mode, threshold_mode, threshold (what _is_better reads)
+  local f = self.factor
+  if type(f) ~= "number" or not (f >= 0 and f < 1) then bad("factor", "a number in [0, 1)") end
+  local e = self.eps
+  if type(e) ~= "number" or not (e >= 0 and e < math.huge) then bad("eps", "a finite number >= 0") end
+  for _, k in ipairs { "patience", "cooldown", "last_epoch", "num_bad_epochs", "cooldown_counter" } do
+    local v = self[k]
+    if math.type(v) ~= "integer" or v < 0 or v == math.maxinteger then bad(k, "an integer >= 0") end
+  end
+  if type(self.best) ~= "number" or self.best ~= self.best then bad("best", "a number (not NaN)") end
+end
+
 -- step(metric): torch's ReduceLROnPlateau.step(metrics)
 function Plateau:step(metric)
   if require("fp8.core").is_tensor(metric) then
@@ -1282,13 +1322,7 @@ function Plateau:step(metric)
     error(("ReduceLROnPlateau:step: this optimizer is also stepped by another scheduler (%s); the last to step would "
       .. "win: use one"):format(other.name), 2)
   end
-  -- what _is_better reads, as a user may have written it, refused here before anything moves: a best that is not a
-  -- number was refused by _is_better, naming it (not the step the user called), after the step had been counted
-  if type(self.best) ~= "number" then
-    error(("ReduceLROnPlateau:step: best (the best metric so far) must be a number, got %s"):format(O.got(self.best)),
-      2)
-  end
-  check_comparison(self, "ReduceLROnPlateau:step", 2)
+  plateau_checked(self)
   local before = { self.last_epoch, self.best, self.num_bad_epochs, self.cooldown_counter }
   self.last_epoch = self.last_epoch + 1
   if self:_is_better(metric, self.best) then   -- a NaN metric is never better (torch's comparisons)
@@ -1344,7 +1378,7 @@ function Plateau:step(metric)
   return self
 end
 
-function Plateau:get_last_lr() return table.move(self._last_lr, 1, #self._last_lr, 1, {}) end
+function Plateau:get_last_lr() return Scheduler.get_last_lr(self) end
 
 local PLATEAU_STATE = { "last_epoch", "best", "num_bad_epochs", "cooldown_counter" }
 -- The settings a state records (`settings`), as the closed forms record their schedule: torch's state_dict carries
@@ -1354,8 +1388,21 @@ local PLATEAU_STATE = { "last_epoch", "best", "num_bad_epochs", "cooldown_counte
 -- (or mode "max", which read the saved best the wrong way round) without a word. A state without them (saved before)
 -- loads as before.
 local PLATEAU_SETTINGS = { "mode", "threshold_mode", "factor", "patience", "threshold", "cooldown", "eps" }
+-- A list field as a user may have written it (min_lrs, base_lrs), copied for a state: numbers, read raw (a table
+-- whose __len lies made table.move run for ever; stop 97)
+local function number_list(self, k)
+  local v = rawget(self, k)
+  local ok = type(v) == "table"
+  for i = 1, ok and rawlen(v) or 0 do ok = ok and type(rawget(v, i)) == "number" end
+  if not ok then
+    error(("ReduceLROnPlateau:state_dict: %s must be a list of numbers (one per parameter group), got %s"):format(k,
+      O.got(v)), 0)
+  end
+  return table.move(v, 1, rawlen(v), 1, {})
+end
+
 local function plateau_settings(self)
-  local st = { min_lrs = table.move(self.min_lrs, 1, #self.min_lrs, 1, {}) }
+  local st = { min_lrs = number_list(self, "min_lrs") }
   for _, k in ipairs(PLATEAU_SETTINGS) do st[k] = self[k] end
   return st
 end
@@ -1390,12 +1437,16 @@ local function plateau_other(self, sd)
 end
 M._plateau_other = plateau_other
 
--- best is left out while it is still infinite (JSON has no infinity); loading restores the mode's start
+-- best is left out while it is the mode's start (+inf for "min", -inf for "max"), which loading restores; JSON, which a
+-- checkpoint writes the state in, has no infinity. The other infinity, reached by a metric of -inf in mode "min" (or
+-- +inf in "max"), after which no metric improves, is kept as the string "-inf" ("inf"), Python's str() of torch's
+-- float: until stop 97 it was left out too, and a resumed scheduler started again from the mode's start (the first
+-- metric after the resume counted as an improvement, and the lr was cut patience steps later than torch's).
 function Plateau:state_dict()
-  local sd = { base_lrs = table.move(self.base_lrs, 1, #self.base_lrs, 1, {}), name = self.name,
-    settings = plateau_settings(self) }
+  local sd = { base_lrs = number_list(self, "base_lrs"), name = self.name, settings = plateau_settings(self) }
   for _, k in ipairs(PLATEAU_STATE) do sd[k] = self[k] end
-  if math.abs(sd.best) == math.huge then sd.best = nil end
+  if sd.best == (self.mode == "min" and math.huge or -math.huge) then sd.best = nil
+  elseif sd.best == math.huge or sd.best == -math.huge then sd.best = sd.best > 0 and "inf" or "-inf" end
   sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
   return sd
 end
@@ -1422,20 +1473,26 @@ function Plateau:load_state_dict(sd, strict)
       error(("ReduceLROnPlateau:load_state_dict: %s must be an integer >= 0, got %s"):format(k, O.got(sd[k])), 2)
     end
   end
-  if sd.best ~= nil and (type(sd.best) ~= "number" or sd.best ~= sd.best) then
-    error(("ReduceLROnPlateau:load_state_dict: best must be a number, got %s"):format(O.got(sd.best)), 2)
+  local best = sd.best == "inf" and math.huge or sd.best == "-inf" and -math.huge or sd.best   -- (state_dict's)
+  if best ~= nil and (type(best) ~= "number" or best ~= best) then
+    error(("ReduceLROnPlateau:load_state_dict: best must be a number (or \"inf\", \"-inf\"), got %s"):format(
+      O.got(sd.best)), 2)
   end
-  self.last_epoch, self.num_bad_epochs, self.cooldown_counter = sd.last_epoch, sd.num_bad_epochs, sd.cooldown_counter
-  self.best = sd.best or (self.mode == "min" and math.huge or -math.huge)
+  -- _last_lr checked before anything is set (until stop 97 a bad one was refused after the counters and best were
+  -- loaded: the scheduler was left half loaded), read raw
   local last = sd._last_lr
   if last ~= nil then
-    local ok = type(last) == "table" and #last == #self.optimizer.param_groups
-    for i = 1, ok and #last or 0 do ok = ok and type(last[i]) == "number" and last[i] >= 0 end
+    local ok = type(last) == "table" and rawlen(last) == #self.optimizer.param_groups
+    for i = 1, ok and rawlen(last) or 0 do ok = ok and type(rawget(last, i)) == "number" and rawget(last, i) >= 0 end
     if not ok then
       error(("ReduceLROnPlateau:load_state_dict: _last_lr must be a list of %d numbers >= 0 (one per parameter "
         .. "group), got %s"):format(#self.optimizer.param_groups, O.got(last)), 2)
     end
-    self._last_lr = table.move(last, 1, #last, 1, {})
+  end
+  self.last_epoch, self.num_bad_epochs, self.cooldown_counter = sd.last_epoch, sd.num_bad_epochs, sd.cooldown_counter
+  self.best = best or (self.mode == "min" and math.huge or -math.huge)
+  if last ~= nil then
+    self._last_lr = table.move(last, 1, rawlen(last), 1, {})
   else   -- a state from before it was kept: the groups' lr, as the optimizer's own state restores them
     self._last_lr = {}
     for i, g in ipairs(self.optimizer.param_groups) do self._last_lr[i] = g.lr end
