@@ -100,7 +100,7 @@ ifeq ($(CUDA_ON),1)
   # SASS for sm_89 (Ada) and sm_90 (Hopper), and compute_90 PTX that the driver compiles for later GPUs. sm_90, not
   # sm_90a: no kernel uses an sm_90a-only instruction (wgmma, setmaxnreg, TMA multicast), the sm_90a SASS of every
   # kernel was sm_90's instruction for instruction (docs/performance.md, "make test's time (stop 97)"), and one
-  # -gencode for sm_90 and compute_90 runs nvcc's front end (cicc) once where two did, a fifth of the build's CPU.
+  # -gencode for sm_90 and compute_90 runs nvcc's front end (cicc) once where two did (~12% of a file's nvcc time).
   NVCCFLAGS ?= -O2 -std=c++20 -Icore -gencode arch=compute_89,code=sm_89 \
                '-gencode=arch=compute_90,code=[sm_90,compute_90]' -Xcompiler -fPIC
   CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
