@@ -10,13 +10,13 @@ if [ "$MODE" = gpu ]; then
   "$B/test_core" gpu_ 2>&1 | tee -a "$log" || rc=1
   "$B/fp8lab" tests/busted.lua tests/gpu 2>&1 | tee -a "$log" || rc=1
 else
-  # Two lanes, one a core (make test's machine has two; the specs are mostly one Lua thread, test_core one thread
-  # for most of its time). The background lane runs test_core, then takes spec files; this shell takes spec files
-  # from the start. Each spec file is its own busted run (its own fp8lab process) whose report is printed whole when
-  # it ends. Both lanes walk one list, the slowest files first (scripts/spec-times.txt; a file it does not list
-  # goes before them all), a lane claiming a file by making its directory (mkdir is atomic), so the lanes end
-  # within about one small file of each other. Until stop 97 the specs were one busted run beside test_core: the
-  # second core idled for the last ~60% of the run. BUILD/spec-times.txt gets this run's times, in the list's form.
+  # Two lanes, one a core (make test's machine has two; a spec file is mostly one Lua thread). The background lane
+  # runs test_core, then takes spec files; this shell takes spec files from the start. Each spec file is its own
+  # busted run (its own fp8lab process) whose report is printed whole when it ends. Both lanes walk one list, the
+  # slowest files first (scripts/spec-times.txt; a file it does not list goes before them all), a lane claiming a
+  # file by making its directory (mkdir is atomic), so the lanes end within about one small file of each other.
+  # Until stop 97 the specs were one busted run beside test_core: the second core idled for the last ~60% of the
+  # run. BUILD/spec-times.txt gets this run's times, in the list's form.
   # A run stopped early (Ctrl-C, a TERM from CI's timeout) stops test_core and the spec runs and prints what the C
   # tests had written (which passed; a hung one is the next): before stop 96 that report was deleted unseen.
   work=$(mktemp -d)
