@@ -97,9 +97,12 @@ LUA_OBJ  := $(LUA_C:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_embed.o
 
 ifeq ($(CUDA_ON),1)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  # SASS for sm_89 (Ada) and sm_90 (Hopper), and compute_90 PTX that the driver compiles for later GPUs. sm_90, not
+  # sm_90a: no kernel uses an sm_90a-only instruction (wgmma, setmaxnreg, TMA multicast), the sm_90a SASS of every
+  # kernel was sm_90's instruction for instruction (docs/performance.md, "make test's time (stop 97)"), and one
+  # -gencode for sm_90 and compute_90 runs nvcc's front end (cicc) once where two did (~12% of a file's nvcc time).
   NVCCFLAGS ?= -O2 -std=c++20 -Icore -gencode arch=compute_89,code=sm_89 \
-               -gencode=arch=compute_90a,code=sm_90a \
-               -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
+               '-gencode=arch=compute_90,code=[sm_90,compute_90]' -Xcompiler -fPIC
   CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
   CFLAGS   += -DFL_HAVE_CUDA
   ifeq ($(HAVE_CUBLASLT),1)

@@ -499,7 +499,7 @@ bool init_locked(int count) {
     if ((e = cudaSetDevice(dev)) != cudaSuccess) goto fail;
     what = "cudaFree(0) (context creation)";
     if ((e = cudaFree(0)) != cudaSuccess) goto fail;
-    what = "cudaFuncGetAttributes (fp8lab is built for sm_89 and sm_90a)";
+    what = "cudaFuncGetAttributes (fp8lab is built for sm_89 and sm_90, and compute_90 PTX for later GPUs)";
     if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) goto fail;
     what = "cudaDeviceGetAttribute";
     if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) goto fail;
