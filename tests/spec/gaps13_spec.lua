@@ -148,19 +148,8 @@ describe("acc:save_state and load_state keep math.random", function()
     assert.truthy(type(rs.math_random) == "string" and #rs.math_random == 64, U.read(d .. "/ck/random_states_0.json"))
   end)
 
-  -- A prepared Accelerator's fresh checkpoint at d/ck: the Accelerator, its random_states_0.json's path, the
-  -- checkpoint's JSON module and that file's table (to edit and write back).
-  local function fresh_random_states()
-    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
-    acc:prepare(fp8.nn.Linear(4, 4))
-    acc:save_state(d .. "/ck")
-    local p = d .. "/ck/random_states_0.json"
-    local C = require "fp8._checkpoint"
-    return acc, p, C, C.json_decode(U.read(p))
-  end
-
   it("a checkpoint saved before stop 96 (no math_random) loads and leaves math.random as it is", function()
-    local acc, p, C, rs = fresh_random_states()
+    local acc, p, C, rs = U.fresh_random_states(d)
     rs.math_random = nil
     U.write(p, C.json_encode(rs))
     math.randomseed(8)
@@ -170,7 +159,7 @@ describe("acc:save_state and load_state keep math.random", function()
   end)
 
   it("refuses a math_random that is not a state, before anything is loaded", function()
-    local acc, p, C, rs = fresh_random_states()
+    local acc, p, C, rs = U.fresh_random_states(d)
     local fstate = fp8.get_rng_state()
     for _, bad in ipairs { "abc", ("0"):rep(64), ("g"):rep(64), 5 } do
       rs.math_random = bad

@@ -240,12 +240,7 @@ describe("the math_random state's one check", function()
   end)
 
   it("load_state takes what set_math_random_state takes: a state in uppercase hex digits (refused before)", function()
-    local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
-    acc:prepare(fp8.nn.Linear(4, 4))
-    acc:save_state(d .. "/ck")
-    local p = d .. "/ck/random_states_0.json"
-    local C = require "fp8._checkpoint"
-    local rs = C.json_decode(U.read(p))
+    local acc, p, C, rs = U.fresh_random_states(d)
     local want = rs.math_random
     rs.math_random = want:upper()
     U.write(p, C.json_encode(rs))

@@ -155,6 +155,17 @@ function U.grads_of_two(x, new, old)
   return l1.grad, l2.grad, y1
 end
 
+-- A prepared Accelerator's fresh checkpoint at dir/ck (a Linear(4, 4) model): the Accelerator, its
+-- random_states_0.json's path, the checkpoint's JSON module and that file's table (to edit, write back and load).
+function U.fresh_random_states(dir)
+  local acc = fp8.Accelerator { config = false, env = {}, cpu = true }
+  acc:prepare(fp8.nn.Linear(4, 4))
+  acc:save_state(dir .. "/ck")
+  local p = dir .. "/ck/random_states_0.json"
+  local C = require "fp8._checkpoint"
+  return acc, p, C, C.json_decode(U.read(p))
+end
+
 -- The lr of each of an optimizer's param groups, in order.
 function U.group_lrs(opt)
   local out = {}
