@@ -358,17 +358,21 @@ local function enumerate()
     end
     return false
   end
-  local function probe_add(src, v, probed)
+  -- The parent probes (in its sandbox directory, below: a constructor may write files, SummaryWriter() its runs/)
+  -- and hands the children what it found (FP8LAB_SWEEP_PROBED), so each child builds only those.
+  local probed = {}
+  local probe_env = setmetatable({ fp8 = fp8 }, { __index = _G })
+  -- probe(src): src's value, added as a new kind when it is an object with methods no kind reached; whether it was
+  local function probe(src)
+    local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
+    if not (ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v)) then return false end
     add_inst(src, v)
     probed[#probed + 1] = src
     for _, f in pairs(method_table(v)) do
       if type(f) == "function" then reached[f] = true end
     end
+    return true
   end
-  -- The parent probes (in its sandbox directory, below: a constructor may write files, SummaryWriter() its runs/)
-  -- and hands the children what it found (FP8LAB_SWEEP_PROBED), so each child builds only those.
-  local probed = {}
-  local probe_env = setmetatable({ fp8 = fp8 }, { __index = _G })
   local given = os.getenv("FP8LAB_SWEEP_PROBED")
   if given then
     for src in given:gmatch("[^\n]+") do
@@ -385,12 +389,7 @@ local function enumerate()
       local last = e.kind == "func" and e.expr:match("%.([%w_]+)$")
       if last and last:match("^%u%l") and not SLOW[e.expr] and not e.expr:find("._", 1, true) then
         for _, a in ipairs(CTOR_ARGS) do
-          local src = e.expr .. "(" .. a .. ")"
-          local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
-          if ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v) then
-            probe_add(src, v, probed)
-            break
-          end
+          if probe(e.expr .. "(" .. a .. ")") then break end
         end
       end
     end
@@ -406,12 +405,7 @@ local function enumerate()
       for _, k in ipairs(sorted_keys(names)) do
         if k:match("^register_") and not denied(inst.name .. ":" .. k) then
           for _, from in ipairs { inst.src, table.unpack(inst.alts) } do
-            local src = "(" .. from .. "):" .. k .. "(function() end)"
-            local ok, v = pcall(load("return " .. src, "=probe", "t", probe_env))
-            if ok and (type(v) == "table" or type(v) == "userdata") and new_methods(v) then
-              probe_add(src, v, probed)
-              break
-            end
+            if probe("(" .. from .. "):" .. k .. "(function() end)") then break end
           end
         end
       end
