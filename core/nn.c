@@ -90,9 +90,9 @@ static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         return DEV(xs)->act_bwd_bf16(kind, fl_tensor_data(xs), F(g), F(gin[0]), fl_tensor_numel(xs));
     }
     fl_tensor *x;
-    FL_TRY(f32c(&x, n->saved[0], n->iargs[0] == FL_ACT_SILU ? "silu backward" : "gelu backward", "input"));
+    FL_TRY(f32c(&x, xs, kind == FL_ACT_SILU ? "silu backward" : "gelu backward", "input"));
     fl_status st = new_like(&gin[0], x, false);
-    if (st == FL_OK) st = DEV(x)->act_bwd((fl_act)n->iargs[0], F(x), F(g), F(gin[0]), fl_tensor_numel(x));
+    if (st == FL_OK) st = DEV(x)->act_bwd(kind, F(x), F(g), F(gin[0]), fl_tensor_numel(x));
     fl_tensor_release(x);
     return st;
 }
