@@ -4,6 +4,71 @@
 -- docs/robustness.md, "The gaps stop 97 left (stop 98)".
 local U = dofile("tests/spec/helpers/util.lua")
 
+-- torch 2.15's runs, from scripts/gen_gaps15.py (/opt/torch2/bin/python scripts/gen_gaps15.py): the hooks called in
+-- each of two backwards of y:sum() (y = x * 2, the graph kept), where hook a removes hook b, or registers hook c in
+-- the first backward; on the leaf x (register_hook), on y, and x's post-accumulate-grad hooks.
+-- torch 2.15.0+cu132
+local TORCH_HOOK_RUNS = {
+  leaf_remove = {{"a", "b"}, {"a"}},
+  leaf_add = {{"a", "b"}, {"a", "b", "c"}},
+  result_remove = {{"a", "b"}, {"a"}},
+  result_add = {{"a", "b"}, {"a", "b", "c"}},
+  post_remove = {{"a", "b"}, {"a"}},
+  post_add = {{"a", "b"}, {"a", "b", "c"}},
+}
+
+-- fp8lab's runs of the same cases (the script's run())
+local function hook_runs(kind, action)
+  local x = fp8.ones { 2 }:requires_grad(true)
+  local y = x * 2
+  local t = kind == "result" and y or x
+  local log, handles = {}, {}
+  local function reg(name)
+    local function fn()
+      table.insert(log[#log], name)
+      if name == "a" and action == "remove" and handles.b then handles.b:remove(); handles.b = nil end
+      if name == "a" and action == "add" and #log == 1 and not handles.c then handles.c = reg("c") end
+    end
+    if kind == "post" then return t:register_post_accumulate_grad_hook(fn) end
+    return t:register_hook(fn)
+  end
+  handles.a = reg("a")
+  handles.b = reg("b")
+  for _ = 1, 2 do
+    log[#log + 1] = {}
+    y:sum():backward { retain_graph = true }
+  end
+  return log
+end
+
+describe("a tensor's hooks during a backward", function()
+  -- torch calls the hooks of a snapshot of the list taken as it calls them: one removed by an earlier hook still runs
+  -- in that call (here it was skipped: each hook was looked up again by id before it ran), one added runs from the
+  -- next backward on
+  for _, kind in ipairs { "leaf", "result", "post" } do
+    for _, action in ipairs { "remove", "add" } do
+      it(("run as torch 2.15's: %s, a hook that %ss another"):format(kind, action), function()
+        assert.are.same(TORCH_HOOK_RUNS[kind .. "_" .. action], hook_runs(kind, action))
+      end)
+    end
+  end
+
+  it("a removed hook that still runs is let go after the call, and its handle's second remove does nothing", function()
+    local x = fp8.ones { 2 }:requires_grad(true)
+    local n, hb = 0, nil
+    local ha = x:register_hook(function() hb:remove(); hb:remove() end)
+    hb = x:register_hook(function(g) n = n + 1; return g * 3 end)
+    x:sum():backward()
+    assert.are.equal(1, n)
+    assert.are.same({ 3, 3 }, x.grad:tolist())   -- b's replacement taken, as torch's
+    x.grad = nil
+    x:sum():backward()
+    assert.are.equal(1, n)
+    assert.are.same({ 1, 1 }, x.grad:tolist())
+    ha:remove()
+  end)
+end)
+
 describe("ReduceLROnPlateau's state_dict", function()
   -- base_lrs was checked by a rule of its own there (numbers of any sign, "must be a list of numbers"), where every
   -- other scheduler's state_dict and step refuse a negative, NaN or infinite base (lr_scheduler.lua's lr_list)
