@@ -260,7 +260,8 @@ void fl_grad_hooks_release(fl_grad_hooks *h) {
 
 bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id) {
     for (size_t i = 0; h && i < h->n; i++)
-        if (h->v[i].id == id) {
+        if (h->v[i].id == id && !h->v[i].removed) {
+            if (h->running) { h->v[i].removed = true; return true; }   /* let go when the call ends (run_hook_list) */
             fl_grad_hook gone = h->v[i];
             memmove(h->v + i, h->v + i + 1, (h->n - i - 1) * sizeof *h->v);
             h->n--;
@@ -331,15 +332,19 @@ fl_status fl_tensor_add_post_accumulate_grad_hook(fl_tensor *t, fl_post_grad_hoo
 }
 
 /* *g ← t's gradient hooks applied to it in turn (each may replace it); g NULL: t's post-accumulate-grad hooks, each
- * called with t. A hook removed by an earlier one in this call is not called: each is looked up again by id before
- * it runs. *g stays ours to release. */
+ * called with t. The hooks called are those of the list as this call began, torch 2.15's (it iterates over a copy
+ * of the hooks): one removed by an earlier hook still runs (it is only marked, fl_grad_hooks_remove, and let go
+ * here at the end: until stop 98 it was skipped), one added runs from the next call on. Each is looked up by id (a
+ * hook that adds one may move the array; a nested call on the list sees what was removed before it as removed).
+ * *g stays ours to release. */
 static fl_status run_hook_list(fl_grad_hooks *list, fl_tensor *t, fl_tensor **g, bool *replaced) {
     fl_grad_hooks *h = fl_grad_hooks_retain(list);
     if (!h) return FL_OK;
-    size_t n = h->n;
-    uint64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    size_t n = 0;
+    uint64_t *ids = malloc((h->n ? h->n : 1) * sizeof *ids);
     fl_status st = ids ? FL_OK : FL_ERR(FL_ENOMEM, "backward: out of memory for a tensor's hooks");
-    for (size_t i = 0; st == FL_OK && i < n; i++) ids[i] = h->v[i].id;
+    for (size_t i = 0; st == FL_OK && i < h->n; i++) if (!h->v[i].removed) ids[n++] = h->v[i].id;
+    h->running++;
     for (size_t i = 0; st == FL_OK && i < n; i++) {
         const fl_grad_hook *hk = NULL;
         for (size_t j = 0; j < h->n; j++) if (h->v[j].id == ids[i]) hk = &h->v[j];
@@ -349,6 +354,14 @@ static fl_status run_hook_list(fl_grad_hooks *list, fl_tensor *t, fl_tensor **g,
         st = hk->fn(hk->ud, *g, &out);
         if (st == FL_OK && out) { fl_tensor_release(*g); *g = out; if (replaced) *replaced = true; }
         else fl_tensor_release(out);
+    }
+    if (--h->running == 0) {   /* the hooks removed during the call go now */
+        size_t k = 0;
+        for (size_t i = 0; i < h->n; i++) {
+            if (!h->v[i].removed) h->v[k++] = h->v[i];
+            else if (h->v[i].ud_free) h->v[i].ud_free(h->v[i].ud);
+        }
+        h->n = k;
     }
     free(ids);
     fl_grad_hooks_release(h);

@@ -149,11 +149,13 @@ typedef fl_status (*fl_grad_hook_fn)(void *ud, const fl_tensor *grad, fl_tensor 
  * grad-ready hook: under data parallelism it sees this process's gradient, before the all-reduce, as torch's under
  * DDP. A non-OK status stops the backward. */
 typedef fl_status (*fl_post_grad_hook_fn)(void *ud, fl_tensor *t);
-/* One hook: fn (a gradient hook) or post (a post-accumulate-grad hook), as the list it is in holds. */
+/* One hook: fn (a gradient hook) or post (a post-accumulate-grad hook), as the list it is in holds. removed: taken
+ * out while its list's hooks were being called (running > 0): it stays, held, until that call ends (torch calls
+ * the hooks of a snapshot of the list, so one removed by an earlier hook still runs in that call). */
 typedef struct fl_grad_hook {
-    fl_grad_hook_fn fn; fl_post_grad_hook_fn post; void *ud; void (*ud_free)(void *ud); uint64_t id;
+    fl_grad_hook_fn fn; fl_post_grad_hook_fn post; void *ud; void (*ud_free)(void *ud); uint64_t id; bool removed;
 } fl_grad_hook;
-typedef struct fl_grad_hooks { int refcount; size_t n, cap; fl_grad_hook *v; } fl_grad_hooks;
+typedef struct fl_grad_hooks { int refcount, running; size_t n, cap; fl_grad_hook *v; } fl_grad_hooks;
 /* Adds a hook to t (which must require grad: refused otherwise, as torch's); *id identifies it for removal, *list
  * (a new reference, when list is not NULL) is t's hook list. On failure ud_free(ud) has run. */
 fl_status fl_tensor_add_grad_hook(fl_tensor *t, fl_grad_hook_fn fn, void *ud, void (*ud_free)(void *), uint64_t *id,
@@ -171,7 +173,8 @@ fl_status fl_tensor_add_post_accumulate_grad_hook(fl_tensor *t, fl_post_grad_hoo
 typedef void (*fl_hooks_shared_fn)(fl_tensor *t, bool shared);
 void fl_set_hooks_shared(fl_hooks_shared_fn fn);
 void fl_hooks_shared_note(fl_tensor *t, bool shared);   /* tensor.c and the node code call it */
-/* Removes hook id from the list (false: it is not there, already removed). */
+/* Removes hook id from the list (false: it is not there, already removed). While the list's hooks are being called
+ * the hook is marked removed and let go (ud_free) when that call ends: it still runs in it, as torch's. */
 bool fl_grad_hooks_remove(fl_grad_hooks *h, uint64_t id);
 fl_grad_hooks *fl_grad_hooks_retain(fl_grad_hooks *h);
 void fl_grad_hooks_release(fl_grad_hooks *h);

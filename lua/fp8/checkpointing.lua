@@ -1184,12 +1184,7 @@ function M.install(Accelerator)
         local rs_path = join(dir, ("random_states_%d.json"):format(rank))
         rs = read_json(rs_path)
         if type(rs) ~= "table" or type(rs.fp8) ~= "table" then error(("load_state: %s has no fp8 generator"):format(rs_path), 0) end
-        -- a value of the file as a refusal shows it: a long string cut (a seed of a megabyte was all in the message
-        -- until stop 97), anything else by its kind ("a table", not "table: 0x...")
-        local function shown(v)
-          if type(v) == "string" then return "\"" .. (#v > 70 and v:sub(1, 64) .. "..." or v) .. "\"" end
-          return O.got(v)
-        end
+        local shown = O.shown   -- a value of the file as a refusal shows it (a long string cut)
         for j, what in ipairs { "seed", "counter" } do
           local v = rs.fp8[j]
           if type(v) ~= "string" or #v ~= 16 or not v:match("^%x+$") then

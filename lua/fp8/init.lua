@@ -207,8 +207,7 @@ function fp8.set_math_random_state(state, ...)
   require("fp8.opts").no_more("set_math_random_state", "(state)", ...)
   if not LUARNG.is_state(state) then   -- (the test load_state and the C set_state make)
     error(("set_math_random_state: expected the 64 hex digits fp8.get_math_random_state() returns (xoshiro256**'s "
-      .. "four 64-bit words, not all zero), got %s"):format(type(state) == "string"
-      and ("%q"):format(#state > 70 and state:sub(1, 64) .. "..." or state) or require("fp8.opts").got(state)), 2)
+      .. "four 64-bit words, not all zero), got %s"):format(require("fp8.opts").shown(state)), 2)
   end
   LUARNG.set_state(state)
 end

@@ -122,6 +122,16 @@ function M.got(v)
   return given(v)
 end
 
+-- shown(v) -> v as a refusal shows a value read from a file or given in place of a long string (a seed, a generator's
+-- state): a string quoted as %q quotes it, cut to its first 64 characters and "..." where it is longer than 70 (a
+-- megabyte was all in the message until stop 97), anything else as got shows it ("a table", not "table: 0x...").
+-- The one cut rule (checkpointing's load_state and fp8.set_math_random_state each wrote it until stop 98, and
+-- load_state's put the string between quotes unescaped: a quote or a newline in it read as the message's own).
+function M.shown(v)
+  if type(v) == "string" then return ("%q"):format(#v > 70 and v:sub(1, 64) .. "..." or v) end
+  return M.got(v)
+end
+
 -- Whether self is an object a method `name` can be called on: a table whose lookup of name finds a method (an
 -- instance of the class, or of a subclass). A call written with a dot passes its first argument, or nothing, here.
 local function is_object(self, name)

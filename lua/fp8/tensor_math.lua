@@ -34,10 +34,25 @@ function T._root(s, p)
   return where(nz, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
+-- The dims of x that dim names (nil: all; a dim or a list of them, counted from 1, negative from the end) as the
+-- bits of a mask, bit i - 1 for dim i: fl_norm_rescue's
+function T._dims_mask(x, dim)
+  local nd = x:dim()
+  if nd == 0 then return 0 end
+  if dim == nil then return (1 << nd) - 1 end
+  local m = 0
+  for _, d in ipairs(type(dim) == "table" and dim or { dim }) do
+    if d < 0 then d = d + nd + 1 end
+    m = m | (1 << (d - 1))
+  end
+  return m
+end
+
 -- ‖x‖_p as norm_of computes it, kept where the sum it is the root of stayed in fp32's normal range, and otherwise
 -- computed again from x scaled by a power of two. norm_of(v) returns the norm of v over the reduced dims (in v's
 -- graph) and the sum of |v|^p it is the root of, both of the norm's shape; dim is the reduced dim, a list of them, or
--- nil for all. A slice whose sum overflowed (inf) or fell below the smallest normal number (0 or subnormal: [1e20, 1e20]'s Σx² is inf,
+-- nil for all; p the norm's order (p <= 2 in fp32: the core's rescue, below; otherwise, or without p, this one).
+-- A slice whose sum overflowed (inf) or fell below the smallest normal number (0 or subnormal: [1e20, 1e20]'s Σx² is inf,
 -- [1e-30, 1e-30]'s 0, where the norms are 1.414e20 and 1.414e-30) and whose largest |x| is finite and not 0 is taken
 -- as x / 2^k, 2^k near that largest |x|: the division is exact (but for elements 2^126 times smaller, which do not
 -- count), the sum lies in [2^-p, n·2^p), and the root times 2^k is the value the plain formula would give with an
@@ -47,9 +62,16 @@ end
 -- is returned, the same bits. torch 2.15 keeps the overflow (linalg.vector_norm([1e20, 1e20]) is inf, of
 -- [1e-30, 1e-30] 0, so its gradients there are 0) except for a one-element reduction, which is |x|; a norm whose
 -- true value is finite in fp32 comes out finite here.
-function T._norm_rescaled(x, dim, norm_of)
+function T._norm_rescaled(x, dim, norm_of, p)
   local r, s = norm_of(x)
   if x:numel() == 0 then return r end   -- sums of nothing: 0, right (and amax has no identity)
+  -- p <= 2 in fp32 (x:norm(), dist, F.normalize, pairwise_distance, cdist, renorm at their default p = 2): the core's
+  -- rescue (core/ops.h's fl_norm_rescue), with no host read where nothing left the range (stop 98; the test below
+  -- read one or two sums back, a wait for each on a GPU). For p > 2 the plain formula's backward at an x whose
+  -- |x|^(p-1) overflows is NaN even with a zero gradient, so those slices are taken through x / 2^k here, as below.
+  if p and p <= 2 and x:dtype() == "fp32" and s:dtype() == "fp32" and r:dtype() == "fp32" then
+    return r:_norm_rescue(s, x, T._dims_mask(x, dim), p)
+  end
   -- the smallest normal number of the sums' dtype (fp16's 2^-14: 2^-126 is 0 there, and an fp16 Σx² of 0 passed)
   local tiny = s:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126
   -- the common case's test: the smallest sum and the largest in range (a NaN fails it, and the test below decides)
@@ -279,7 +301,7 @@ Tensor.dist = at_caller(function(t, y, p, ...)
   return T._norm_rescaled(d, nil, function(v)   -- torch's dist takes any p; Σ|d|^p out of range: d scaled first
     local s = T._abs_pow(v, p):sum()
     return T._root(s, p), s
-  end)
+  end, p)
 end)
 
 -- renorm(p, dim, maxnorm): each slice along dim (the tensor at one index of dim) whose p-norm passes maxnorm
@@ -306,7 +328,7 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
     return T._norm_rescaled(a, dims, function(v)   -- Σ|x|^p out of range: x scaled first
       local s = T._abs_pow(v, p):sum(dims, true)
       return T._root(s, p), s
-    end)
+    end, p)
   end
   -- the norm takes a gradient only in the slices it scales (torch's): the others enter it detached, so a slice whose
   -- norm is NaN or inf and stays unscaled passes g through (0 times the norm's NaN local derivatives made its whole

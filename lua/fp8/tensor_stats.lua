@@ -311,7 +311,7 @@ M.cdist = at_caller(function(a, b, p, ...)
   return T._norm_rescaled(diff, -1, function(v)   -- Σ|d|^p out of range: d scaled first
     local s = p == 2 and (v * v):sum(-1) or T._abs_pow(v:abs(), p):sum(-1)
     return T._root(s, p), s
-  end)
+  end, p)
 end)
 
 -- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each value the 0-based position in its row of

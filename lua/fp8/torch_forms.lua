@@ -89,7 +89,7 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
       local s = type(dim) == "table" and (v * v):sum(dim, keepdim) or v:_sum_squares(dim, keepdim)
       local z = s:eq(0)           -- no history: sqrt(s + 1) - 1 is 0 there with a zero gradient; elsewhere s's root
       return (s + z):sqrt() - z, s
-    end)
+    end, 2)
   end
   if x ~= t then r = r:to(dt) end
   return r

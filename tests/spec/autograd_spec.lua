@@ -264,13 +264,16 @@ describe("autograd", function()
       assert.are.same({ 10, 10 }, m.grad:totable())
       assert.are.same({ 30, 30 }, a.grad:totable())   -- 3 · (2 · 5)
       h2:remove()
-      -- a hook that removes the next one: that one is not called in this backward either
+      -- a hook that removes the next one: that one is still called in this backward (torch 2.15 calls the hooks of a
+      -- copy of the list taken as it starts: gaps15_spec; it was skipped until stop 98), not in the next
       local b = fp8.tensor({ 1 }):requires_grad(true)
       local calls, hb = {}, nil
       b:register_hook(function() calls[#calls + 1] = 1; hb:remove() end)
       hb = b:register_hook(function() calls[#calls + 1] = 2 end)
       ;(b * 1):sum():backward()
-      assert.are.same({ 1 }, calls)
+      assert.are.same({ 1, 2 }, calls)
+      ;(b * 1):sum():backward()
+      assert.are.same({ 1, 2, 1 }, calls)
     end)
 
     it("a leaf's hook added during a backward (by another hook) takes what reaches the leaf after it: none is lost",

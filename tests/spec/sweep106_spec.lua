@@ -52,7 +52,7 @@ describe("a scheduler's base_lrs written as a table whose __len and __index lie"
       ok, err = ends(s.state_dict, s)
       assert.is_false(ok)
       local want = k == "_last_lr" and "ReduceLROnPlateau:get_last_lr: _last_lr must be a list of learning rates"
-        or "ReduceLROnPlateau:state_dict: " .. k .. " must be a list of numbers"
+        or "ReduceLROnPlateau:state_dict: " .. k .. " must be a list of learning rates"
       assert.truthy(tostring(err):find(want, 1, true), err)
     end
     local s = L.StepLR(sgd(), { step_size = 1 })

@@ -92,7 +92,7 @@ function F._p_norm(d, p, keepdim)
   return T._norm_rescaled(d, -1, function(v)   -- (p < 1: equal coordinates too); Σ|d|^p out of range: d scaled first
     local s = T._abs_pow(v, p):sum(-1, keepdim)
     return F._root(s, p), s
-  end)
+  end, p)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):

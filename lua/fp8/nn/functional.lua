@@ -915,7 +915,7 @@ function F.normalize(x, opts, ...)
   local n = require("fp8.tensor")._norm_rescaled(x, dim, function(v)   -- Σ|x|^p out of range: x scaled first
     local s = p == 2 and (v * v):sum(dim, true) or v:abs():pow(p):sum(dim, true)
     return F._root(s, p), s
-  end)
+  end, p)
   return x / n:clamp_min(eps)
 end
 

@@ -183,21 +183,24 @@ end
 -- is read: a list of finite numbers >= 0, one per group (a group added since joins in get_lr), read raw. Anything
 -- else was Lua's own error ("attempt to get length of a number value", "attempt to sub a 'number' with a 'string'"),
 -- a negative lr in the message, or, for a table whose __index answers every key, a step that never ended (ipairs
--- walked it for ever; the sweep's lying list, stop 97). Raises at level 0 with fname's name.
-local function base_list(self, fname)
-  local bl = rawget(self, "base_lrs")
+-- walked it for ever; the sweep's lying list, stop 97). Raises at level 0 with fname's name. The one check of such a
+-- list (key: base_lrs, or ReduceLROnPlateau's min_lrs for its state): until stop 98 ReduceLROnPlateau's state_dict
+-- checked its base_lrs by another rule (numbers of any sign, in other words), and saved a base of -1 or NaN.
+local function lr_list(self, key, fname)
+  local bl = rawget(self, key)
   if type(bl) ~= "table" then
-    error(("%s: base_lrs must be a list of learning rates (finite numbers >= 0, one per parameter group), got %s")
-      :format(fname, O.got(bl)), 0)
+    error(("%s: %s must be a list of learning rates (finite numbers >= 0, one per parameter group), got %s")
+      :format(fname, key, O.got(bl)), 0)
   end
   for i = 1, rawlen(bl) do
     local v = rawget(bl, i)
     if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
-      error(("%s: base_lrs[%d] must be a finite number >= 0, got %s"):format(fname, i, O.got(v)), 0)
+      error(("%s: %s[%d] must be a finite number >= 0, got %s"):format(fname, key, i, O.got(v)), 0)
     end
   end
   return bl
 end
+local function base_list(self, fname) return lr_list(self, "base_lrs", fname) end
 
 function Scheduler:get_lr()
   -- A group added since (opt:add_param_group) joins. In a schedule that multiplies the lr step by step (torch's
@@ -1388,16 +1391,10 @@ local PLATEAU_STATE = { "last_epoch", "best", "num_bad_epochs", "cooldown_counte
 -- (or mode "max", which read the saved best the wrong way round) without a word. A state without them (saved before)
 -- loads as before.
 local PLATEAU_SETTINGS = { "mode", "threshold_mode", "factor", "patience", "threshold", "cooldown", "eps" }
--- A list field as a user may have written it (min_lrs, base_lrs), copied for a state: numbers, read raw (a table
--- whose __len lies made table.move run for ever; stop 97)
+-- A list field as a user may have written it (min_lrs, base_lrs), copied for a state: the other schedulers' check
+-- (lr_list: finite numbers >= 0, read raw: a table whose __len lies made table.move run for ever; stop 97)
 local function number_list(self, k)
-  local v = rawget(self, k)
-  local ok = type(v) == "table"
-  for i = 1, ok and rawlen(v) or 0 do ok = ok and type(rawget(v, i)) == "number" end
-  if not ok then
-    error(("ReduceLROnPlateau:state_dict: %s must be a list of numbers (one per parameter group), got %s"):format(k,
-      O.got(v)), 0)
-  end
+  local v = lr_list(self, k, "ReduceLROnPlateau:state_dict")
   return table.move(v, 1, rawlen(v), 1, {})
 end
 

@@ -1,0 +1,143 @@
+/* cpu_norm_rescue.c — the p-norm's rescue where Σ|x|^p left fp32's range (core/device.h's norm_rescue and
+ * norm_rescue_bwd): the common case is one pass over the sums alone; x is read only for the slices rescued. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_internal.h"
+
+/* The slice of x each element belongs to: x's coordinates over the dims not in mask, row-major (the order of the
+ * norm's result, keepdim or not). Calls fn(ctx, slice, element index) for every element, in order. */
+typedef void (*slice_fn)(void *ctx, int64_t slice, int64_t i);
+static void each_element(const fl_tensor *x, uint32_t mask, slice_fn fn, void *ctx) {
+    int nd = x->ndim;
+    int64_t coord[FL_MAX_DIMS] = { 0 }, kstride[FL_MAX_DIMS], k = 1;
+    for (int d = nd - 1; d >= 0; d--) {   /* a kept dim's stride in the slice index; a reduced one's 0 */
+        kstride[d] = (mask >> d) & 1u ? 0 : k;
+        if (!((mask >> d) & 1u)) k *= x->shape[d];
+    }
+    int64_t n = fl_tensor_numel(x), slice = 0;
+    for (int64_t i = 0; i < n; i++) {
+        fn(ctx, slice, i);
+        for (int d = nd - 1; d >= 0; d--) {   /* the odometer: the next coordinate, the slice index kept with it */
+            slice += kstride[d];
+            if (++coord[d] < x->shape[d]) break;
+            slice -= kstride[d] * coord[d];
+            coord[d] = 0;
+        }
+    }
+}
+
+typedef struct {
+    const float *x; double p; const unsigned char *want; float *amax; double *sum; const float *scale;
+} walk;
+
+static void amax_of(void *c, int64_t o, int64_t i) {
+    walk *w = c;
+    if (!w->want[o]) return;
+    float a = fabsf(w->x[i]);
+    if (a > w->amax[o] || a != a) w->amax[o] = a;   /* a NaN stays (a > NaN is false) */
+}
+
+/* |y|^p for y = x / 2^k, exact for p 1 and 2 in float64 */
+static double powp(double y, double p) {
+    y = fabs(y);
+    return p == 2 ? y * y : p == 1 ? y : pow(y, p);
+}
+
+static void sum_of(void *c, int64_t o, int64_t i) {
+    walk *w = c;
+    if (w->scale[o] != 0.0f) w->sum[o] += powp((double)w->x[i] / (double)w->scale[o], w->p);
+}
+
+/* the slices in want: sum[o] = Σ|x / scale[o]|^p over slice o (the others left at 0) */
+static void scaled_sums(const fl_tensor *x, uint32_t mask, double p, const float *scale, double *sum) {
+    walk w = { .x = fl_tensor_data(x), .p = p, .scale = scale, .sum = sum };
+    each_element(x, mask, sum_of, &w);
+}
+
+static double root(double s, double p) { return p == 2 ? sqrt(s) : p == 1 ? s : pow(s, 1 / p); }
+
+fl_status fl_cpu_dev_norm_rescue(fl_tensor *dst, fl_tensor *scale, const fl_tensor *r, const fl_tensor *s,
+                                 const fl_tensor *x, uint32_t mask, double p, int64_t *rescued) {
+    const int64_t n = fl_tensor_numel(r);
+    const float *rv = fl_tensor_data(r), *sv = fl_tensor_data(s);
+    float *dv = fl_tensor_data(dst), *kv = fl_tensor_data(scale);
+    const float tiny = 0x1p-126f;
+    int64_t cand = 0;
+    for (int64_t o = 0; o < n; o++) {   /* the common case: this pass alone */
+        dv[o] = rv[o];
+        kv[o] = 0.0f;
+        cand += !(sv[o] >= tiny && sv[o] < INFINITY);
+    }
+    *rescued = 0;
+    if (!cand) return FL_OK;
+    unsigned char *want = calloc((size_t)n, 1);
+    float *amax = calloc((size_t)n, sizeof *amax);
+    double *sum = calloc((size_t)n, sizeof *sum);
+    if (!want || !amax || !sum) {
+        free(want); free(amax); free(sum);
+        return FL_ERR(FL_ENOMEM, "norm: out of memory for the slices whose Σ|x|^p left fp32's range");
+    }
+    fl_tensor *xc = NULL;   /* x read in its own order (a view's copy made only here) */
+    fl_status st = fl_tensor_contiguous(&xc, x);
+    if (st != FL_OK) { free(want); free(amax); free(sum); return st; }
+    x = xc;
+    for (int64_t o = 0; o < n; o++) want[o] = !(sv[o] >= tiny && sv[o] < INFINITY);
+    walk w = { .x = fl_tensor_data(x), .want = want, .amax = amax };
+    each_element(x, mask, amax_of, &w);
+    for (int64_t o = 0; o < n; o++)
+        if (want[o] && amax[o] > 0.0f && amax[o] < INFINITY) {   /* not 0 (a sum of 0 that is right), inf, NaN */
+            int e;
+            frexpf(amax[o], &e);   /* amax = f·2^e, f in [0.5, 1): 2^(e-1) <= amax < 2^e */
+            kv[o] = ldexpf(1.0f, e - 1);
+            (*rescued)++;
+        }
+    if (*rescued) {
+        scaled_sums(x, mask, p, kv, sum);
+        for (int64_t o = 0; o < n; o++)
+            if (kv[o] != 0.0f) dv[o] = (float)(root(sum[o], p) * (double)kv[o]);
+    }
+    free(want); free(amax); free(sum);
+    fl_tensor_release(xc);
+    return FL_OK;
+}
+
+typedef struct { const float *x, *g, *scale; const double *norm; double p; float *gx; } grad_walk;
+
+static void grad_of(void *c, int64_t o, int64_t i) {
+    grad_walk *w = c;
+    if (w->scale[o] == 0.0f) return;
+    double y = (double)w->x[i] / (double)w->scale[o], d = 0.0;
+    if (y != 0.0)   /* sign(y)·|y|^(p-1) / N^(p-1); 0 at y = 0 (p < 1's infinite power there: _abs_pow's 0) */
+        d = w->p == 2 ? y / w->norm[o] : copysign(pow(fabs(y) / w->norm[o], w->p - 1), y);
+    w->gx[i] = (float)((double)w->g[o] * d);
+}
+
+fl_status fl_cpu_dev_norm_rescue_bwd(fl_tensor *gr, fl_tensor *gx, const fl_tensor *g, const fl_tensor *scale,
+                                     const fl_tensor *x, uint32_t mask, double p) {
+    const int64_t n = fl_tensor_numel(g), nx = fl_tensor_numel(x);
+    const float *gv = fl_tensor_data(g), *kv = fl_tensor_data(scale);
+    float *grv = fl_tensor_data(gr), *gxv = fl_tensor_data(gx);
+    bool any = false;
+    for (int64_t o = 0; o < n; o++) {
+        grv[o] = kv[o] == 0.0f ? gv[o] : 0.0f;
+        any |= kv[o] != 0.0f;
+    }
+    for (int64_t i = 0; i < nx; i++) gxv[i] = -0.0f;
+    if (!any) return FL_OK;
+    fl_tensor *xc = NULL;
+    FL_TRY(fl_tensor_contiguous(&xc, x));
+    x = xc;
+    double *norm = calloc((size_t)n, sizeof *norm);
+    if (!norm) {
+        fl_tensor_release(xc);
+        return FL_ERR(FL_ENOMEM, "norm: out of memory for the gradient of the rescued slices");
+    }
+    scaled_sums(x, mask, p, kv, norm);
+    for (int64_t o = 0; o < n; o++) if (kv[o] != 0.0f) norm[o] = root(norm[o], p);
+    grad_walk w = { .x = fl_tensor_data(x), .g = gv, .scale = kv, .norm = norm, .p = p, .gx = gxv };
+    each_element(x, mask, grad_of, &w);
+    free(norm);
+    fl_tensor_release(xc);
+    return FL_OK;
+}
