@@ -54,3 +54,16 @@ describe("a rescued p-norm whose sum of powers is still out of range", function(
     assert.are.same(alone.grad:narrow(2, 1, 4):float():totable()[1], g[2])
   end)
 end)
+
+describe("an FP8 input to the norms' callers", function()
+  it("F.normalize, F.pairwise_distance and fp8.cdist refuse it by name (was abs's, mul's or sub's message)", function()
+    local q = fp8.tensor({ { 100, 2 }, { 3, 4 } }):quantize("e4m3")
+    local t = fp8.tensor({ { 1, 2 }, { 3, 4 } })
+    for _, p in ipairs { 2, 3 } do
+      assert.has_error(function() F.normalize(q, { p = p }) end, "normalize: e4m3 input: call :dequantize() first")
+    end
+    assert.has_error(function() F.pairwise_distance(t, q:dequantize():quantize("e5m2")) end,
+      "pairwise_distance: x2 is an e5m2 tensor: call :dequantize() first")
+    assert.has_error(function() fp8.cdist(q, t, 3) end, "cdist: x1 is an e4m3 tensor: call :dequantize() first")
+  end)
+end)
