@@ -90,11 +90,29 @@ function T._norm_rescaled(x, dim, norm_of, p)
   -- division and the product, g·2^k underflowed or overflowed at the ends: [1e-45, 1e-45]'s gradient was 0). The
   -- zero terms (v − v:detach(), 0 with a gradient of 1, finite in a rescued slice) are selected in those slices
   -- alone, so the others keep norm_of(x)'s value and gradient bits (an inf there would have made them NaN).
+  -- A rescued slice's norm can still be out of range: a true norm past the dtype's largest value, or a sum of
+  -- |x / 2^k|^p past it (below n·2^p: a large p, p = 200 of [1.9, 1.9] in fp32); there r2 is inf and its product
+  -- with 2^k is kept as it is (r2 − r2d is inf − inf, NaN: the norm and normalize's result were NaN, stop 98). An
+  -- fp16 x's rescued slices are computed in fp32 and rounded once, as torch 2.15's fp16 norms accumulate in fp32:
+  -- fp16's 65504 is passed by the rescued sum of 16,380 ones at p = 2 (F.normalize of fp16 ones(2, 70000) was NaN,
+  -- 0 before stop 97, torch's 0.00378), and there r2 (from x / 2^k with x's graph cut) keeps the other slices' bits.
   local xd = x:detach()
-  local r2 = norm_of(where(rescue, xd / scale + (x - xd), x))
-  local r2d = r2:detach()
-  local shape = r2:shape()
-  return where(rescue:reshape(shape), r2d * scale:reshape(shape) + (r2 - r2d), r2)
+  local function times_scale(r2)   -- r2·2^k with r2's gradient, r2 where it is inf or NaN
+    local r2d = r2:detach()
+    local sc = scale:reshape(r2:shape())
+    if sc:dtype() ~= r2:dtype() then sc = sc:to(r2:dtype()) end
+    return where(r2d:isfinite(), r2d * sc + (r2 - r2d), r2)
+  end
+  local r2, rescued
+  if x:dtype() == "fp16" then
+    r2 = norm_of(where(rescue, xd / scale, x))
+    local x32, xd32 = x:float(), xd:float()
+    rescued = times_scale(norm_of(where(rescue, xd32 / scale:float() + (x32 - xd32), xd32))):to("fp16")
+  else
+    r2 = norm_of(where(rescue, xd / scale + (x - xd), x))
+    rescued = times_scale(r2)
+  end
+  return where(rescue:reshape(r2:shape()), rescued, r2)
 end
 
 -- A tensor of `shape` filled with v (x's dtype and device unless opts says), which stays in x's graph when x requires

@@ -296,6 +296,8 @@ M.cdist = at_caller(function(a, b, p, ...)
       error(("cdist: x%d must be a tensor of 2 or more dims [..., rows, features], got %s"):format(i,
         core.is_tensor(v) and v:shape_str() or got(v)), 2)
     end
+    -- (refused by the difference's sub as 'sub: e4m3 tensor: ...', naming an op the caller did not call; stop 98)
+    if v:is_fp8() then error(("cdist: x%d is an %s tensor: call :dequantize() first"):format(i, v:dtype()), 2) end
   end
   p = p or 2
   if type(p) ~= "number" or not (p >= 0) then error(("cdist: p must be a number >= 0, got %s"):format(got(p)), 2) end

@@ -64,6 +64,9 @@ function F.pairwise_distance(x1, x2, p, eps, keepdim, ...)
   local N = "pairwise_distance"
   no_more(N, "(x1, x2 [, p [, eps [, keepdim]]])", ...)
   check_tensor(N, "x1", x1); check_tensor(N, "x2", x2)
+  for i, v in ipairs { x1, x2 } do   -- (refused by the difference's sub at the library's line until stop 98)
+    if v:is_fp8() then error(("%s: x%d is an %s tensor: call :dequantize() first"):format(N, i, v:dtype()), 2) end
+  end
   if type(p) == "table" then
     if eps ~= nil or keepdim ~= nil then
       error(("%s: give p, eps and keepdim in order or in one table"):format(N), 2)

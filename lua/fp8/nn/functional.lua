@@ -898,6 +898,9 @@ end
 function F.normalize(x, opts, ...)
   no_more("normalize", "(input [, {p=, dim=, eps=}])", ...)
   check_tensor("normalize", "input", x)
+  -- (refused by the norm's abs or mul as 'lua/fp8/nn/functional.lua:916: abs: e4m3 tensor: ...', at the library's
+  -- line and naming an op the caller did not call; stop 98)
+  if x:is_fp8() then error(("normalize: %s input: call :dequantize() first"):format(x:dtype()), 2) end
   opts = check_opts("normalize", opts, { p = true, dim = true, eps = true })
   local p, dim, eps = opts.p, opts.dim, opts.eps
   if p == nil then p = 2 end
