@@ -25,7 +25,13 @@ _Atomic bool fl_cpu_fp8_mm_allowed = true;
  * tiles capped: the GPT's twelve GEMMs 49.7 ms on AVX512_BF16 against 31.3 on AVX-512 FMA; docs/performance.md,
  * "Intel without the tiles"). A fixed rule, not a timing, so a machine always runs the same family (the two give
  * different bits). */
+#ifdef FL_MM_BF16_DOT_FAST
+/* A build for measurement only (docs/performance.md, "Issue 16's Zen path on Intel"): every CPU takes the Zen rule,
+ * so an Intel CPU capped at FP8LAB_CPU_ISA=avx512_bf16 runs the FP8 GEMMs on vdpbf16ps as Zen 4 and 5 do. */
+static bool bf16_dot_fast(void) { return true; }
+#else
 static bool bf16_dot_fast(void) { return !__builtin_cpu_is("intel"); }
+#endif
 
 static const mm_kernel *mm_pick(void) {
     if (fl_mm_amx.usable()) return &fl_mm_amx;
