@@ -1,7 +1,8 @@
 /* cpu_conv.c — conv2d's fp32 forward by oneDNN's convolution primitive (cpu_conv.h). The columns route
  * (core/conv_cols.c: im2col, then a GEMM) writes and reads C·kh·kw values per output position; the direct kernels
- * read the image in place, in the blocked layout they choose (nChw16c on AVX-512), as torch 2.15's CPU conv does (its
- * mkldnn route). The input and weight are reordered into that layout, the result out of it, each call; a few samples
+ * read the image in place, in the layout they choose (brgconv on AVX-512: NHWC; other kernels nChw16c / nChw8c), as
+ * torch 2.15's CPU conv does (its mkldnn route). The input and weight are reordered into that layout each call, the
+ * result copied out of it (unblock, faster than oneDNN 2.6's reorder; an unknown layout by that reorder); a few samples
  * at a time (about 16 MiB of input and output a chunk), so the blocked copies stay bounded and Ctrl-C is polled
  * between chunks. Primitives (the convolution and its three reorders) are kept per geometry in a small LRU cache. */
 #include "cpu_internal.h"
