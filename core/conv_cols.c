@@ -9,7 +9,9 @@
  * columns made again from the input rather than kept. The backward's GEMMs are fp32 (16-bit operands widened, exact),
  * as the composite's were, or with bwd16 in the operands' 16-bit dtype with the output gradient rounded to it: what
  * torch does (its gradient of a bf16 output is bf16) and what autocast's matmul did in the composite. CPU tensors
- * only (the caller keeps the composite for others). */
+ * only (the caller keeps the composite for others). Since stop 98 an fp32 forward runs oneDNN's direct convolution
+ * (cpu/cpu_conv.c: no columns; its own order of each output's sum, so not the GEMM's bits), but for a 1×1 kernel at
+ * stride 1 without padding, whose columns are the input; the backward keeps the columns. */
 #include "nn.h"
 #include "ops.h"
 #include "ops_raw.h"
@@ -19,6 +21,7 @@
 #include "window.h"
 #include "profiler.h"
 #include "device.h"
+#include "cpu/cpu_conv.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,11 +136,33 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         for (int64_t q = 0; q < N * OC; q++)
             for (int64_t l = 0; l < L; l++) yv[q * L + l] = 0.0f + bv[q % OC];
     }
-    if (st == FL_OK && numel > 0 && CKL > 0) {
+    /* fp32: oneDNN's direct convolution where it has one (cpu_conv.c), but for a 1×1 kernel at stride 1 without
+     * padding, whose columns are the input itself (the GEMM alone, faster than the primitive's reorders) */
+    bool direct = false;
+    const bool plain_1x1 = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pb == 0 &&
+                           g->pl == 0 && g->pr == 0;
+    if (st == FL_OK && numel > 0 && CKL > 0 && dt == FL_F32 && !plain_1x1) {
+        const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
+        fl_tensor *wc = NULL;
+        st = fl_tensor_contiguous(&wc, a);
+        if (st == FL_OK)
+            st = fl_cpu_conv2d_f32(fl_tensor_data(y), fl_tensor_data(xc), fl_tensor_data(wc), N, C, H, W, OC, groups,
+                                   geo, oh, ow, &direct);
+        fl_tensor_release(wc);
+        if (st == FL_OK && direct && bc) {   /* the bias added as below: one fp32 addition */
+            const float *bv = fl_tensor_data(bc);
+            float *yv = fl_tensor_data(y);
+            for (int64_t q = 0; q < N * OC; q++) {
+                const float bq = bv[q % OC];
+                for (int64_t l = 0; l < L; l++) yv[q * L + l] += bq;
+            }
+        }
+    }
+    if (st == FL_OK && numel > 0 && CKL > 0 && !direct) {
         const int64_t cshape[3] = { nb, C * K, L };
         st = fl_tensor_empty(&cols, dt, 3, cshape, FL_DEV_CPU);
     }
-    for (int64_t n0 = 0; st == FL_OK && numel > 0 && CKL > 0 && n0 < N; n0 += nb) {
+    for (int64_t n0 = 0; st == FL_OK && numel > 0 && CKL > 0 && !direct && n0 < N; n0 += nb) {
         const int64_t m = N - n0 < nb ? N - n0 : nb;
         fl_tensor *part = NULL, *b = NULL, *r = NULL;
         st = fl_check_interrupt();

@@ -94,6 +94,11 @@ fl_status fl_cpu_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, const 
  * (2.6 on a CPU without AVX-512). */
 fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, int64_t sa,
                            bool ta, const uint16_t *b, int64_t ldb, int64_t sb, bool tb, float *c, int64_t ldc, int64_t sc);
+/* The process's oneDNN engine and stream (cpu_matmul.c's, made on first use with FP8LAB_CPU_ISA's cap), held under
+ * the lock that serialises their use: *engine and *stream are dnnl_engine_t and dnnl_stream_t. On FL_OK the caller
+ * holds the lock until fl_cpu_dnnl_release(); on an error it does not. (cpu_conv.c's convolution.) */
+fl_status fl_cpu_dnnl_acquire(void **engine, void **stream);
+void fl_cpu_dnnl_release(void);
 /* linear_relu_bf16's AVX512_BF16 epilogue (cpu_linear_act.c); tests clear it to run the portable one */
 extern _Atomic bool fl_cpu_linear_act_wide_allowed;
 /* c[m, n] (fp32, row stride n) = a[m, k] · b[n, k]ᵀ, row-major bf16 operands, by the primitive fl_cpu_dev_matmul runs

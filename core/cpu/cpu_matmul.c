@@ -69,6 +69,16 @@ static fl_status mm_init(void) {
     return FL_OK;
 }
 
+fl_status fl_cpu_dnnl_acquire(void **engine, void **stream) {
+    pthread_mutex_lock(&mm.lock);
+    fl_status st = mm_init();
+    if (st != FL_OK) { pthread_mutex_unlock(&mm.lock); return st; }
+    *engine = mm.engine;
+    *stream = mm.stream;
+    return FL_OK;
+}
+void fl_cpu_dnnl_release(void) { pthread_mutex_unlock(&mm.lock); }
+
 /* oneDNN 2.6's AMX bf16 matmul (brg:avx512_core_amx_bf16) dies of SIGILL on a tile instruction for K = 63 with two
  * threads, every M and N tried (1-34 and 1-200 rows and columns; one thread, or the kernels capped below AMX, run
  * it; upstream oneDNN issue 1661 on 2.7). A 2026-12-05 sweep of K = 1-140 and of 31 + 32j up to 1023 found no other

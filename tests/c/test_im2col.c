@@ -5,6 +5,8 @@
 #include "nn.h"
 #include "tensor.h"
 #include "error.h"
+#include "cpu/cpu_conv.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +101,63 @@ TEST(im2col_depthwise_and_max_pool_vs_loops) {
             CHECK(v[p * oh * ow + l] == (float)best && iv[p * oh * ow + l] == (float)at, "window %lld", (long long)l);
         }
     fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(y); fl_tensor_release(mv); fl_tensor_release(mi);
+}
+
+/* conv2d of fp32 (core/conv_cols.c): oneDNN's direct convolution where it has one (cpu/cpu_conv.c, its result
+ * copied out of its channel blocks, a block with spare channels included), else the columns: both against the sum in
+ * double, within the fp32 sum's bound K·2^-24·Σ|x·w|, with a bias; the direct entry either runs or writes nothing */
+TEST(conv2d_fp32_direct_vs_loops) {
+    static const struct { int64_t N, C, OC, H, W, groups; fl_window g; } cs[] = {
+        { 3, 5, 5, 9, 7, 1, { 3, 2, 2, 1, 1, 2, 1, 0, 2, 1, 0 } },      /* 5 channels: a block of 16 or 8, part spare */
+        { 2, 4, 6, 8, 8, 2, { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0 } },      /* groups */
+        { 2, 8, 8, 10, 9, 4, { 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 0 } },     /* 2 channels a group, dilated */
+        { 1, 3, 17, 12, 11, 1, { 5, 4, 3, 2, 1, 1, 2, 3, 0, 1, 0 } },
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const fl_window *g = &cs[t].g;
+        const int64_t N = cs[t].N, C = cs[t].C, OC = cs[t].OC, H = cs[t].H, W = cs[t].W, gr = cs[t].groups;
+        const int64_t cg = C / gr, ocg = OC / gr, K = cg * g->kh * g->kw;
+        fl_tensor *x = filled(N, C, H, W, (unsigned)t + 1), *w = filled(OC, cg, g->kh, g->kw, (unsigned)t + 7);
+        fl_tensor *b = NULL, *y = NULL;
+        const int64_t bs[1] = { OC };
+        REQUIRE(x && w, "alloc");
+        REQUIRE_OK(fl_tensor_empty(&b, FL_F32, 1, bs, FL_DEV_CPU));
+        for (int64_t o = 0; o < OC; o++) ((float *)fl_tensor_data(b))[o] = 0.25f * (float)o - 1.0f;
+        REQUIRE_OK(fl_conv2d_cols(&y, x, w, b, g, gr, false, false));
+        const int64_t oh = y->shape[2], ow = y->shape[3];
+        const float *xv = fl_tensor_data(x), *wv = fl_tensor_data(w), *bv = fl_tensor_data(b);
+        /* the direct entry alone, without a bias: all of y written where it ran, nothing where it did not */
+        float *yd = malloc((size_t)(N * OC * oh * ow) * sizeof *yd);
+        REQUIRE(yd, "alloc");
+        for (int64_t i = 0; i < N * OC * oh * ow; i++) yd[i] = NAN;
+        const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
+        bool ran = false;
+        REQUIRE_OK(fl_cpu_conv2d_f32(yd, xv, wv, N, C, H, W, OC, gr, geo, oh, ow, &ran));
+        const float *yv = fl_tensor_data(y);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t o = 0; o < OC; o++)
+                for (int64_t l = 0; l < oh * ow; l++) {
+                    double s = 0, m = 0;
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t k = 0; k < g->kh * g->kw; k++) {
+                            const double p = wv[(o * cg + c) * g->kh * g->kw + k] *
+                                             ref_at(xv, H, W, g, ow, n * C + (o / ocg) * cg + c, k, l);
+                            s += p, m += fabs(p);
+                        }
+                    const int64_t at = (n * OC + o) * oh * ow + l;
+                    const double bound = (double)(K + 1) * 0x1p-24 * (m + fabs(bv[o])) + 1e-30;
+                    CHECK(fabs(yv[at] - (s + bv[o])) <= bound, "case %zu: y[%lld] %.9g, want %.9g", t, (long long)at,
+                          yv[at], s + bv[o]);
+                    if (ran)
+                        CHECK(fabs(yd[at] - s) <= bound, "case %zu direct: y[%lld] %.9g, want %.9g", t,
+                              (long long)at, yd[at], s);
+                    else
+                        CHECK(isnan(yd[at]), "case %zu: declined but wrote y[%lld]", t, (long long)at);
+                }
+        if (t == 0) CHECK(ran, "case 0: oneDNN's direct convolution was expected to run");
+        free(yd);
+        fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(b); fl_tensor_release(y);
+    }
 }
 
 TEST(im2col_refuses_bad_geometry) {
