@@ -126,8 +126,12 @@ FL_HD float ew_binop(int op, float x, float y) {
 }
 
 /* s op x when first, else x op s: the binary op with its operands in that order; the scalar as the double it was
- * given for pow (a double power rounded once, as the CPU computes it), in fp32 for the others. */
+ * given for pow (a double power rounded once, as the CPU computes it), in fp32 for the others. x^0.5 and x^-0.5 are
+ * the CPU's shortcuts (core/cpu/cpu_elementwise.c, pow_by_scalar): torch's sqrt and rsqrt, −0 and NaN at −0 and −inf
+ * for x^0.5, −inf and NaN for x^-0.5 (pow's +0, +inf, +inf, +0 until stop 98), every other x pow's bits. */
 FL_HD float ew_scalar(int op, float x, double s, bool first) {
+    if (op == FL_OP_POW && !first && s == 0.5) return (float)sqrt((double)x);
+    if (op == FL_OP_POW && !first && s == -0.5) return (float)(1.0 / sqrt((double)x));
     if (op == FL_OP_POW) return first ? (float)pow(s, (double)x) : (float)pow((double)x, s);
     return first ? ew_binop(op, (float)s, x) : ew_binop(op, x, (float)s);
 }

@@ -181,19 +181,21 @@ static void pow_run(const float *a, double s, float *d, int64_t n, bool wide) {
  * pow_scalar_shortcuts, compares them with pow over every 4093rd float and the specials; every float was compared
  * once by hand, NaNs' sign bits aside): a² is the fp32 product (a·a in double is exact, and one rounding to fp32 is the fp32 multiply's);
  * a³ and a⁴ are one double rounding of an exact a² times a or a², as pow's correctly rounded double, then fp32;
- * a^0.5 is sqrtf (a double square root then fp32 rounds as sqrtf: 53 ≥ 2·24 + 2), but +0 at −0 and +inf at −inf,
- * as pow; a^-1 is 1/a (the same argument for the quotient); a^-2 and a^-0.5 are 1/(a·a) and 1/√a in double, then
- * fp32 (not proven so, but equal to pow's on every float: checked once by hand), +inf at ±0 and 0 at −inf for a^-0.5;
- * a^1 is a, a^0 is 1 (NaN included, as pow); any other finite s pow_run above, ±inf and NaN pow. The backward of x^s
- * takes x^(s−1): pow 2's and 0.5's use these too. */
+ * a^0.5 is sqrtf (a double square root then fp32 rounds as sqrtf: 53 ≥ 2·24 + 2); a^-1 is 1/a (the same argument
+ * for the quotient); a^-2 and a^-0.5 are 1/(a·a) and 1/√a in double, then fp32 (not proven so, but equal to pow's on
+ * every float: checked once by hand); a^1 is a, a^0 is 1 (NaN included, as pow); any other finite s pow_run above,
+ * ±inf and NaN pow. a^0.5 and a^-0.5 are torch 2.15's sqrt and rsqrt at −0 and −inf too (its CPU kernel takes them
+ * for fp32 and bf16, its CUDA kernel for every dtype): −0 and NaN for a^0.5, −inf and NaN for a^-0.5, where pow
+ * gives +0 and +inf, +inf and +0 (C's values here until stop 98; every other input's bits are pow's, as before). The
+ * backward of x^s takes x^(s−1): pow 2's and 0.5's use these too (x^0.5's gradient at −0 is −inf, at −inf NaN). */
 static inline void pow_by_scalar(const float *a, double sd, float *d, int64_t n) {
     if (sd == 2.0) EW_LOOP(a[i] * a[i]);
     else if (sd == 3.0) EW_LOOP((float)((double)a[i] * (double)a[i] * (double)a[i]));
     else if (sd == 4.0) EW_LOOP((float)(((double)a[i] * (double)a[i]) * ((double)a[i] * (double)a[i])));
-    else if (sd == 0.5) EW_LOOP(a[i] == -INFINITY ? INFINITY : sqrtf(a[i]) + 0.0f);
+    else if (sd == 0.5) EW_LOOP(sqrtf(a[i]));
     else if (sd == -1.0) EW_LOOP(1.0f / a[i]);
     else if (sd == -2.0) EW_LOOP((float)(1.0 / ((double)a[i] * (double)a[i])));
-    else if (sd == -0.5) EW_LOOP(a[i] == -INFINITY ? 0.0f : a[i] == 0.0f ? INFINITY : (float)(1.0 / sqrt((double)a[i])));
+    else if (sd == -0.5) EW_LOOP((float)(1.0 / sqrt((double)a[i])));
     else if (sd == 1.0) EW_LOOP(a[i]);
     else if (sd == 0.0) EW_LOOP(1.0f);
     else if (isfinite(sd)) pow_run(a, sd, d, n, fl_cpu_avx512());

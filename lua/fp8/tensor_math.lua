@@ -16,12 +16,17 @@ local PI = math.pi
 
 -- |x|^p, with a zero gradient where x is 0 (for p < 1 the power's derivative there is infinite, and times abs's 0 it
 -- was NaN: cdist and pairwise_distance of points sharing a coordinate). The select is on x ≠ 0, so a NaN stays NaN
--- (on x > 0 until 2026-12-05, |NaN|^p was 0).
-function T._abs_pow(x, p)
+-- (on x > 0 until 2026-12-05, |NaN|^p was 0). With norm_rule the zeros' gradient is 0 times the gradient reaching
+-- them, torch's norm backward for p < 1 (sgn(x)·|x|^(p-1), masked to 0 where x is 0, times g·‖x‖^(1-p)): NaN where
+-- the norm is NaN or inf (dist and F.normalize: 0 until stop 98, where torch 2.15 gives NaN; cdist keeps 0, torch's
+-- cdist backward does). p < 0 (F.normalize alone): |0|^p is inf, as torch's sum has it, its gradient the same 0·g.
+function T._abs_pow(x, p, norm_rule)
   local a = x:abs()
   if p >= 1 then return a ^ p end
   local nz = a:ne(0)
-  return where(nz, where(nz, a, 1) ^ p, 0)
+  local at0 = p < 0 and math.huge or 0
+  if norm_rule then at0 = a * 0 + at0 end   -- (a is 0 there: the value at0, the gradient 0·g)
+  return where(nz, where(nz, a, 1) ^ p, at0)
 end
 
 -- s^(1/p) of sums s >= 0, the root taken where s ≠ 0 only: a zero sum's root is 0, with a finite gradient (the
@@ -317,7 +322,7 @@ Tensor.dist = at_caller(function(t, y, p, ...)
   if p == 1 or p == 2 or p == math.huge then return d:norm(p) end
   if p == 0 then return d:ne(0):to(d:dtype()):sum() end   -- torch's: the count of differing elements
   return T._norm_rescaled(d, nil, function(v)   -- torch's dist takes any p; Σ|d|^p out of range: d scaled first
-    local s = T._abs_pow(v, p):sum()
+    local s = T._abs_pow(v, p, true):sum()
     return T._root(s, p), s
   end, p)
 end)

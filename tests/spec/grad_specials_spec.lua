@@ -52,10 +52,8 @@ local DIFFERS = {
   hardtanh_g1 = { [1] = 1 }, hardtanh_gnan = { [1] = NAN }, relu6_g1 = { [1] = 1 }, relu6_gnan = { [1] = NAN },
   softshrink_g1 = { [1] = 1 }, softshrink_gnan = { [1] = NAN },
   hardshrink_g1 = { [1] = 1 }, hardshrink_gnan = { [1] = NAN },
-  -- x^0.5 is C's pow for every exponent: pow(-inf, 0.5) = +inf, and its gradient 0.5·pow(x, -0.5) is 0 there and
-  -- +inf at -0; torch evaluates the exponent 0.5 as sqrt (NaN at -inf, -inf for the gradient at -0) and every other
-  -- as pow (its pow(-inf, 0.25) is +inf)
-  pow05 = { [3] = INF }, pow05_g1 = { [3] = 0, [5] = INF }, pow05_gnegzero = { [3] = 0 },
+  -- (x^0.5 at -inf and its gradient at -0 and -inf were C pow's +inf, 0 and +inf, torch's sqrt NaN, NaN and -inf,
+  -- until stop 98: the core takes sqrt and rsqrt for the exponents 0.5 and -0.5 now, as torch's; gaps15b_spec)
   -- a derivative that overflows meets an upstream gradient of -0: torch forms the derivative first (2·3e38 = inf,
   -- then inf·-0 = NaN), fp8lab scales the upstream gradient first (a zero)
   pow2_gnegzero = { [14] = 0, [15] = 0 }, square_gnegzero = { [14] = 0, [15] = 0 },

@@ -90,6 +90,10 @@ describe("x^s by a number", function()
       local got = x:pow(s):totable()
       for i, v in ipairs(vals) do
         local want = f32(v ^ s)   -- Lua's pow in double, rounded to fp32 (the general path's definition)
+        -- but ±0.5 at -0 and -inf: torch's sqrt and rsqrt (-0 and NaN, -inf and NaN; since stop 98, gaps15b_spec)
+        if (s == 0.5 or s == -0.5) and (v == -math.huge or (v == 0 and 1 / v < 0)) then
+          want = v == -math.huge and 0 / 0 or s == 0.5 and -0.0 or -math.huge
+        end
         assert.is_true(bits_equal(got[i], want) or (got[i] ~= got[i] and want ~= want),
           ("%s^%s: %s, want %s"):format(v, s, got[i], want))
       end

@@ -891,10 +891,11 @@ function F.rms_norm(x, shape, w, eps, ...)
   return T._round_to(y, low)
 end
 
--- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p a number >= 1 or math.huge,
--- the largest |x|; dim 2 is torch's default dim=1, the channels of [N, C, ...]). The norm of a zero row is 0 by a
--- select, so its gradient stays finite (torch's: 1/eps); clamping the sum at eps^p instead (as before 2026-12-04)
--- underflowed fp32 for p >= 4 or a small eps, and gave 0/0.
+-- normalize(x [, {p=2, dim=2, eps=1e-12}]): torch's, x / max(‖x‖_p, eps) along dim (p any number but NaN, as torch
+-- 2.15's: math.huge the largest |x|, -math.huge the smallest, 0 the count of nonzero elements, p < 0 (Σ|x|^p)^(1/p),
+-- 0 where an element is 0; it refused p < 1 until stop 98; dim 2 is torch's default dim=1, the channels of
+-- [N, C, ...]). The norm of a zero row is 0 by a select, so its gradient stays finite (torch's: 1/eps); clamping the
+-- sum at eps^p instead (as before 2026-12-04) underflowed fp32 for p >= 4 or a small eps, and gave 0/0.
 function F.normalize(x, opts, ...)
   no_more("normalize", "(input [, {p=, dim=, eps=}])", ...)
   check_tensor("normalize", "input", x)
@@ -906,8 +907,8 @@ function F.normalize(x, opts, ...)
   if p == nil then p = 2 end
   if dim == nil then dim = 2 end
   if eps == nil then eps = 1e-12 end
-  if type(p) ~= "number" or not (p >= 1) then
-    error(("normalize: p must be a number >= 1 or math.huge, got %s"):format(O.got(p)), 2)
+  if type(p) ~= "number" or p ~= p then   -- (torch takes NaN and returns NaN everywhere: refused here by name)
+    error(("normalize: p must be a number (math.huge and -math.huge included, NaN not), got %s"):format(O.got(p)), 2)
   end
   if type(eps) ~= "number" or not (eps > 0 and eps < math.huge) then
     error(("normalize: eps must be a finite number > 0, got %s"):format(O.got(eps)), 2)
@@ -915,10 +916,27 @@ function F.normalize(x, opts, ...)
   check_dim("normalize", x, dim)
   if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
   if p == math.huge then return x / x:abs():amax(dim, true):clamp_min(eps) end   -- torch's p=inf: the largest |x|
-  local n = require("fp8.tensor")._norm_rescaled(x, dim, function(v)   -- Σ|x|^p out of range: x scaled first
-    local s = p == 2 and (v * v):sum(dim, true) or v:abs():pow(p):sum(dim, true)
-    return F._root(s, p), s
-  end, p)
+  local T = require "fp8.tensor"
+  local n
+  if p == -math.huge then
+    -- torch's p=-inf: the smallest |x| (NaN if any is NaN), its gradient split among the elements that equal it (and
+    -- the NaNs), as torch's norm backward: m + Σ_mask(|x| − |x|) / count, whose value is m (NaN where m is inf:
+    -- there every element is inf or NaN, and x / n NaN either way, as torch's)
+    local a = x:abs()
+    local ad = a:detach()
+    local m = ad:min(dim, true)
+    local mask = ad:eq(m):logical_or(ad:isnan())
+    n = m + T.where(mask, a - ad, 0):sum(dim, true) / mask:to(a:dtype()):sum(dim, true)
+  elseif p == 0 then   -- torch's p=0: the count of nonzero elements (NaN counts), no gradient through it
+    n = x:detach():ne(0):to(x:dtype()):sum(dim, true)
+  elseif p < 0 then    -- torch's: (Σ|x|^p)^(1/p), 0 where an element is 0 (|0|^p inf); no rescue (torch has none)
+    n = T._root(T._abs_pow(x, p, true):sum(dim, true), p)
+  else
+    n = T._norm_rescaled(x, dim, function(v)   -- Σ|x|^p out of range: x scaled first
+      local s = p == 2 and (v * v):sum(dim, true) or T._abs_pow(v, p, true):sum(dim, true)
+      return F._root(s, p), s
+    end, p)
+  end
   return x / n:clamp_min(eps)
 end
 

@@ -208,7 +208,7 @@ add("nn.CrossEntropyLoss", "fp8.nn.CrossEntropyLoss([{weight, label_smoothing, i
   .. "1 and 0 (fp32; C the largest id + 1 with -1). F.l1_loss(input, target [, {reduction}]) and\n"
   .. "F.binary_cross_entropy_with_logits(input, target [, {reduction, pos_weight}]) as torch's (the log sigmoids\n"
   .. "are logsigmoid's: no overflow far out, torch's gradient at 0 and at infinite logits). F.normalize(x [, {p=2,\n"
-  .. "dim=2, eps=1e-12}]) = x / max(|x|_p, eps) (p >= 1 or math.huge); F.pad(x, {left, right, ...} [,\n"
+  .. "dim=2, eps=1e-12}]) = x / max(|x|_p, eps) (any p but NaN, torch's); F.pad(x, {left, right, ...} [,\n"
   .. "{mode=\"constant\", value=0}]) pads (or, negative, crops) the last dims; mode \"reflect\" (mirror about the\n"
   .. "edge), \"replicate\" (repeat the edge) or \"circular\" (wrap around) pad the last 1-3 dims of an unbatched or\n"
   .. "batched input, as torch's.")
