@@ -151,8 +151,8 @@ end
 -- lrs (OneCycleLR's momentum). fields: set on the scheduler before that first step (T_0, total_steps, ...; base_lrs:
 -- its own, CyclicLR's base_lr, where torch's are not the groups' initial_lr). A group without an initial_lr gets
 -- its lr as one (torch's setdefault: the first scheduler's base stays).
--- How torch's SequentialLR runs a scheduler, read there: fields _seq_first(sc, u, base0, i) (its lr at its step u
--- when it runs from step 0, started on the groups' initial_lr base0) and _seq_enter(sc, u, base, i, prev) (from a
+-- How torch's SequentialLR runs a scheduler, read there: fields _seq_first(sc, u, base0, i, own) (its lr at its step u
+-- when it runs from step 0, started on the groups' initial_lr base0; own its base_lrs[i], checked) and _seq_enter(sc, u, base, i, prev) (from a
 -- milestone on; base its own, prev() the lr before the milestone); without them, a chainable schedule (_chainable:
 -- torch's steps multiply the group's lr) scales base0, and any schedule runs from its own base after a milestone.
 -- _no_epoch: why step(epoch) is refused.
@@ -552,7 +552,7 @@ function M.CosineAnnealingLR(opt, opts, ...)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * epoch / T)) / 2
   end
   return new("CosineAnnealingLR", opt, lr_fn, nil, false, nil, { T_max = T, eta_min = eta_min,
-    _seq_first = function(sc, u, base0, i) return lr_fn(u, u <= T and base0 or sc.base_lrs[i] or base0) end })
+    _seq_first = function(_, u, base0, _, own) return lr_fn(u, u <= T and base0 or own) end })
 end
 
 -- warmup_cosine(opt, {warmup_steps=0, total_steps, min_lr=0}):
@@ -1071,15 +1071,25 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
   end
   local _, _, k0 = which(0)   -- the scheduler torch's constructor starts at step 0 (any before it never runs)
   local before = {}   -- before[k][i] = {base, lr}: group i's lr at step milestones[k] − 1, for a MultiplicativeLR
+  -- group i's base in the member sc = list[k + 1], its base_lrs checked as its own step checks them (base_list): a
+  -- member's base_lrs written by hand was read unchecked here (a number: Lua's "attempt to index a number value" at
+  -- this file's line; {"0.5"} coerced, a string or a table whose __index answers every key taken without a word;
+  -- sweep 108), the group's base where the member has none (a group added since)
+  local function own_base(sc, k, i, base)
+    local bl = base_list(sc, ("SequentialLR: schedulers[%d] (%s)"):format(k + 1, tostring(rawget(sc, "name"))))
+    local v = rawget(bl, i)
+    if v == nil then return base end
+    return v
+  end
   local function lr_at(t, base, i)
     local sc, u, k = which(t)
+    local own = own_base(sc, k, i, base)
     if k == k0 then
       local first = rawget(sc, "_seq_first")
-      if first then return first(sc, u, base, i) end
+      if first then return first(sc, u, base, i, own) end
       if rawget(sc, "_chainable") then return base * sc._lr_fn(u, 1, i) end
-      return sc._lr_fn(u, sc.base_lrs[i] or base, i)
+      return sc._lr_fn(u, own, i)
     end
-    local own = sc.base_lrs[i] or base
     local enter = rawget(sc, "_seq_enter")
     if not enter then return sc._lr_fn(u, own, i) end
     return enter(sc, u, own, i, function()
