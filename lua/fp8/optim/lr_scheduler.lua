@@ -700,7 +700,7 @@ function M.CosineAnnealingWarmRestarts(opt, opts, ...)
   check_int("CosineAnnealingWarmRestarts", "T_mult", mult, 1)
   check_rate("CosineAnnealingWarmRestarts", "eta_min", eta_min)
   -- (the cycle's length past 2^63 is a float: T_i · T_mult wrapped in Lua's integers, start + T_i with it, and the
-  -- loop never ended for T_mult = 2^62 at step 2 or a last_epoch of 2^62 loaded; torch's Python integers do not
+  -- loop never ended for T_mult = 2^62 from step 2 on, stepped or loaded; torch's Python integers do not
   -- wrap. t < 2^53 or an integer, so t - start >= T_i decides before T_i is near the float's rounding; sweep 108)
   local function cycle(t)   -- T_cur, T_i at position t
     if mult == 1 then return math.fmod(t, T0), T0 end
