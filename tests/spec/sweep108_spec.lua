@@ -111,3 +111,69 @@ describe("a SequentialLR's member with base_lrs written by hand", function()
     end)
   end
 end)
+
+describe("a scheduler's state with a setting edited at its top level (torch's place)", function()
+  -- torch's state_dict is the scheduler's attributes, its settings among them, and load_state_dict puts them back;
+  -- here the settings are the constructor's, and a state whose sd.gamma (sd.factor, sd.mode, ...) was edited loaded
+  -- with the setting ignored. Now refused (strict), as a state whose schedule differs; the same value, or strict=false,
+  -- loads.
+  it("StepLR and MultiStepLR", function()
+    local opt = sgd(1)
+    local s = L.StepLR(opt, { step_size = 2, gamma = 0.1 })
+    s:step()
+    local sd = s:state_dict()
+    sd.gamma, sd.last_epoch = 0.5, 3
+    local ok, err = pcall(s.load_state_dict, s, sd)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("StepLR:load_state_dict: the state sets gamma = 0.5, this scheduler's is 0.1",
+      1, true), err)
+    assert.are.equal(1, s.last_epoch)   -- nothing loaded
+    sd.gamma = 0.1
+    s:load_state_dict(sd)
+    assert.are.equal(3, s.last_epoch)
+    sd.step_size = 3
+    s:load_state_dict(sd, false)   -- strict=false: this one's settings stay
+    assert.are.equal(2, s.step_size)
+    local m = L.MultiStepLR(sgd(1), { milestones = { 1, 3 } })
+    local msd = m:state_dict()
+    msd.milestones = { 1, 4 }
+    ok, err = pcall(m.load_state_dict, m, msd)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("the state sets milestones = {1, 4}", 1, true), err)
+  end)
+  it("ReduceLROnPlateau", function()
+    for _, c in ipairs { { "factor", 0.5, "factor = 0.5, this scheduler's is 0.1" },
+                         { "mode", "max", 'mode = "max", this scheduler\'s is "min"' },
+                         { "patience", 3, "patience = 3, this scheduler's is 0" },
+                         { "min_lrs", { 0.5 }, "min_lrs = {0.5}, this scheduler's is {0}" } } do
+      local opt = sgd(1)
+      local s = L.ReduceLROnPlateau(opt, { patience = 0 })
+      s:step(1)
+      local sd = s:state_dict()
+      sd[c[1]] = c[2]
+      local ok, err = pcall(s.load_state_dict, s, sd)
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find("ReduceLROnPlateau:load_state_dict: the state sets " .. c[3], 1, true), err)
+      assert.is_true(pcall(s.load_state_dict, s, sd, false))
+    end
+    local s = L.ReduceLROnPlateau(sgd(1), { patience = 0 })
+    local sd = s:state_dict()
+    sd.factor = 0.1   -- the scheduler's own value: taken
+    s:load_state_dict(sd)
+  end)
+  it("ReduceLROnPlateau refuses a counter its step cannot add 1 to", function()
+    -- (a state of math.maxinteger loaded, and every step after it was refused)
+    for _, k in ipairs { "last_epoch", "num_bad_epochs", "cooldown_counter" } do
+      local s = L.ReduceLROnPlateau(sgd(1), { patience = 0 })
+      s:step(1)
+      local sd = s:state_dict()
+      sd[k] = math.maxinteger
+      local ok, err = pcall(s.load_state_dict, s, sd)
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find("ReduceLROnPlateau:load_state_dict: " .. k .. " must be an integer >= 0 "
+        .. "(below 2^63 - 1)", 1, true), err)
+      assert.are.equal(1, s.last_epoch)
+      s:step(2)
+    end
+  end)
+end)

@@ -371,13 +371,49 @@ M._other_schedule = function(sched, sd)
   return other_schedule(sched, sd)
 end
 
+-- A setting as a state may carry it at its top level, torch's place (torch's state_dict is the scheduler's
+-- attributes, settings among them, and its load_state_dict puts them back): the same value as this scheduler's (a
+-- number within 1e-12 of it, a list of such), or the key absent. Until sweep 108 a state edited before
+-- load_state_dict (sd.gamma = 0.5, sd.factor = 0.5 for a ReduceLROnPlateau) loaded and its setting was ignored.
+local function same_setting(a, b, depth)
+  if a == b then return true end
+  if type(a) == "number" and type(b) == "number" then
+    return math.abs(a - b) <= 1e-12 * math.max(math.abs(a), math.abs(b))
+  end
+  if type(a) ~= "table" or type(b) ~= "table" or (depth or 0) > 0 or rawlen(a) ~= rawlen(b) then return false end
+  for i = 1, rawlen(a) do if not same_setting(rawget(a, i), rawget(b, i), 1) then return false end end
+  return true
+end
+-- Why sd's top-level settings (keys, the class's settings) are not self's (get(k): self's value), or nil
+local function other_settings(sd, keys, get)
+  local function show(v)
+    if type(v) == "string" then return ("%q"):format(v) end
+    if type(v) == "table" then
+      local parts = {}
+      for i = 1, math.min(rawlen(v), 8) do parts[i] = show(rawget(v, i)) end
+      return "{" .. table.concat(parts, ", ") .. (rawlen(v) > 8 and ", ...}" or "}")
+    end
+    return O.got(v)
+  end
+  for _, k in ipairs(keys) do
+    local v, mine = rawget(sd, k), get(k)
+    if v ~= nil and not same_setting(v, mine) then
+      return ("the state sets %s = %s, this scheduler's is %s"):format(k, show(v), mine == nil
+        and "made by its constructor and not kept as a value" or show(mine))
+    end
+  end
+end
+
 -- load_state_dict(sd [, strict=true]): strict=false takes a state of another schedule (this one's settings stay)
 function Scheduler:load_state_dict(sd, strict)
   if type(sd) ~= "table" then
     error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
   end
   if strict ~= false then
-    local why = other_schedule(self, sd)
+    local keys = {}
+    for k in pairs(settings_of(self)) do if not POSITION[k] then keys[#keys + 1] = k end end
+    table.sort(keys)
+    local why = other_schedule(self, sd) or other_settings(sd, keys, function(k) return self[k] end)
     if why then
       error(("%s:load_state_dict: %s (torch puts the saved settings back; here they are the constructor's: make the "
         .. "scheduler as it was saved, or pass strict=false to keep this one's schedule from the saved step)")
@@ -1477,7 +1513,9 @@ function Plateau:load_state_dict(sd, strict)
     error(("ReduceLROnPlateau:load_state_dict: strict must be a boolean, got %s"):format(O.got(strict)), 2)
   end
   if strict ~= false then
-    local why = plateau_other(self, sd)
+    local keys = { "min_lrs" }
+    for i, k in ipairs(PLATEAU_SETTINGS) do keys[i + 1] = k end
+    local why = plateau_other(self, sd) or other_settings(sd, keys, function(k) return rawget(self, k) end)
     if why then
       error(("ReduceLROnPlateau:load_state_dict: %s (torch puts the saved settings back; here they are the "
         .. "constructor's: make the scheduler as it was saved, or pass strict=false to keep this one's settings)")
