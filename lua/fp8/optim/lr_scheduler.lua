@@ -1522,9 +1522,11 @@ function Plateau:load_state_dict(sd, strict)
         :format(why), 2)
     end
   end
+  -- (below 2^63 - 1, as step checks them: it adds 1; a state of math.maxinteger loaded, and every step was refused)
   for _, k in ipairs { "last_epoch", "num_bad_epochs", "cooldown_counter" } do
-    if math.type(sd[k]) ~= "integer" or sd[k] < 0 then
-      error(("ReduceLROnPlateau:load_state_dict: %s must be an integer >= 0, got %s"):format(k, O.got(sd[k])), 2)
+    if math.type(sd[k]) ~= "integer" or sd[k] < 0 or sd[k] == math.maxinteger then
+      error(("ReduceLROnPlateau:load_state_dict: %s must be an integer >= 0 (below 2^63 - 1), got %s"):format(k,
+        O.got(sd[k])), 2)
     end
   end
   local best = sd.best == "inf" and math.huge or sd.best == "-inf" and -math.huge or sd.best   -- (state_dict's)
