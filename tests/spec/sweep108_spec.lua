@@ -177,3 +177,26 @@ describe("a scheduler's state with a setting edited at its top level (torch's pl
     end
   end)
 end)
+
+describe("an optimizer's state whose group option is a table whose __len lies", function()
+  -- (the sweep's state_dict key form: load_state_dict copied a table option with table.move(v, 1, #v), 2^62 entries,
+  -- and never returned) read raw now, and refused as the constructor refuses a table there
+  it("is refused, for each option of SGD and AdamW", function()
+    for _, mk in ipairs { function() return fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), { lr = 0.1 }) end,
+                          function() return fp8.optim.AdamW(fp8.nn.Linear(3, 2):parameters(), { lr = 0.1 }) end } do
+      for k in pairs(mk():state_dict().param_groups[1]) do
+        if k ~= "params" then
+          local opt = mk()
+          local sd = opt:state_dict()
+          sd.param_groups[1][k] = setmetatable({}, { __len = function() return 1 << 62 end,
+                                                     __index = function() return 1 end })
+          local ok, err = ends(opt.load_state_dict, opt, sd)
+          assert.is_false(ok)
+          assert.is_truthy(tostring(err):find(opt.name .. ":load_state_dict: group 1: " .. opt.name .. ": " .. k, 1,
+            true), err)
+          assert.are.equal(0.1, opt.param_groups[1].lr)
+        end
+      end
+    end
+  end)
+end)
