@@ -693,7 +693,8 @@ local function child(spec)
     -- keep the instance usable: if a call released or broke it, rebuild for the next call
     -- (a field written by hand, since stop 97 read back by the object's step: a fresh object for the next call, as
     -- the reproducer builds one)
-    if (not ok or uses_helpers(VALUES[vi]) or uses_helpers(form) or e.kind == "field" or e.kind == "sdkey") and e.inst then
+    local fresh = e.kind == "field" or e.kind == "sdkey"
+    if (not ok or uses_helpers(VALUES[vi]) or uses_helpers(form) or fresh) and e.inst then
       inst_vals[e.inst] = nil
     end
     env.O, env.T = nil, nil

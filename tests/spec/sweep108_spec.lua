@@ -98,8 +98,8 @@ describe("a SequentialLR's member with base_lrs written by hand", function()
         b.base_lrs = c[1]
         local ok, err = pcall(function() s:step(); s:step() end)
         assert.is_false(ok)
-        assert.is_truthy(tostring(err):find("SequentialLR: schedulers%[" .. (first and 1 or 2) .. "%] %(CosineAnnealingLR%): "
-          .. c[2]), err)
+        local who = "SequentialLR: schedulers%[" .. (first and 1 or 2) .. "%] %(CosineAnnealingLR%): "
+        assert.is_truthy(tostring(err):find(who .. c[2]), err)
         assert.is_nil(tostring(err):find("lr_scheduler.lua", 1, true), err)
         assert.are.equal(lr, opt.param_groups[1].lr)   -- the refused step changed nothing
         assert.are.equal(epoch, s.last_epoch)
