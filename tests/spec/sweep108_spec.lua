@@ -200,3 +200,15 @@ describe("an optimizer's state whose group option is a table whose __len lies", 
     end
   end)
 end)
+
+describe("MSAMPAdamW's load_state_dict with param_groups a table whose __index answers every key", function()
+  -- (the sweep's state_dict key form: its scan for an Adam's groups walked the list with ipairs for ever)
+  it("is refused", function()
+    local opt = require("fp8.optim.msamp_adamw")(fp8.nn.Linear(3, 2):parameters(), { lr = 0.1 })
+    local sd = opt:state_dict()
+    sd.param_groups = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+    local ok, err = ends(opt.load_state_dict, opt, sd)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("MSAMPAdamW:load_state_dict: the state has", 1, true), err)
+  end)
+end)
