@@ -353,13 +353,21 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
       return T._root(s, p), s
     end, p)
   end
+  -- A bf16/fp16 tensor's norms are taken in fp32 and the factor rounded to its dtype, as torch 2.15's renorm does
+  -- (linalg_vector_norm with dtype=float, its accumulate type, then the factor in self's dtype): in the tensor's own
+  -- dtype an fp16 slice whose norm passes 65504 ([60000, 60000], p = 3: 75595) was renormed to zeros, where torch's
+  -- gives 0.7939, and a bf16 norm rounded twice (0.7969 for [1, 1], p = 3, torch's 0.7930; sweep 108).
+  local dt = t:dtype()
+  local half = dt == "bf16" or dt == "fp16"
+  local x = half and t:float() or t
   -- the norm takes a gradient only in the slices it scales (torch's): the others enter it detached, so a slice whose
   -- norm is NaN or inf and stays unscaled passes g through (0 times the norm's NaN local derivatives made its whole
   -- gradient NaN until 2026-12-05)
-  local plain = norm_of(t:detach())
+  local plain = norm_of(x:detach())
   local big = plain:gt(maxnorm)
-  local norm = t:requires_grad() and norm_of(where(big, t, t:detach())) or plain   -- the second pass for the graph only
+  local norm = t:requires_grad() and norm_of(where(big, x, x:detach())) or plain   -- the second pass for the graph only
   local scale = where(big, maxnorm / (norm + 1e-7), 1)
+  if half then scale = scale:to(dt) end
   return t * scale
 end)
 

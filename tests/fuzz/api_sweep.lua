@@ -113,6 +113,13 @@ local VALUES = {
   "fp8.tensor{{-0.0, 0/0, math.huge}, {-math.huge, 1, -1}}:to('bf16')",
   "fp8.arange(6):view{3, 2}:t()", "fp8.arange(8):view{2, 4}:narrow(2, 2, 3)",
   "fp8.ones{1}:expand{2^40, 3}:narrow(1, 2^40 - 1, 2)",
+  -- (sweep 108) magnitudes at the range's ends, where sums of squares or powers leave it (the norms' rescue): fp32
+  -- rows of 1e20 and -3e38 beside 1e-30, a subnormal and 0 (also requiring grad: a hostile self's backward), fp16 near
+  -- 65504 and its subnormals, bf16 near 3.39e38 and its subnormals
+  "fp8.tensor{{1e20, 1e20, -3e38}, {1e-30, -1e-45, 0}}",
+  "fp8.tensor{{1e20, 1e20, -3e38}, {1e-30, -1e-45, 0}}:requires_grad(true)",
+  "fp8.tensor{{60000, -65504, 6e-8}, {1e-7, 0, -1}}:to('fp16')",
+  "fp8.tensor{{3e38, -3.38e38, 1e-38}, {9.2e-41, 0, -1}}:to('bf16')",
 }
 -- Globals the values above use, defined in the children's environment (and in a reproducer that needs them). O
 -- and T are the call's object and tensor argument. RELEASE frees them (t:free(), or close(); a table's tensor
@@ -461,6 +468,56 @@ local function enumerate()
     for _, k in ipairs { "__index", "__newindex", "__len", "__tostring" } do
       if rawget(mt, k) == nil then entries[#entries + 1] = { kind = "op", inst = ii, name = k } end
     end
+    -- (sweep 108) each key of its state_dict() (and of the first entry of a list of tables in it: an optimizer's
+    -- param_groups[1]) edited before load_state_dict, as a checkpoint edited by hand: the loader's checks
+    if methods.state_dict and methods.load_state_dict then
+      local ok, sd = pcall(function() return inst.value:state_dict() end)
+      if ok and type(sd) == "table" then
+        for _, k in ipairs(sorted_keys(sd)) do
+          local path = "[" .. ("%q"):format(k) .. "]"
+          entries[#entries + 1] = { kind = "sdkey", inst = ii, name = k, path = path, step = methods.step }
+          local v = rawget(sd, k)
+          if type(v) == "table" and type(rawget(v, 1)) == "table" then
+            for _, k2 in ipairs(sorted_keys(rawget(v, 1))) do
+              entries[#entries + 1] = { kind = "sdkey", inst = ii, name = k2,
+                                        path = path .. "[1][" .. ("%q"):format(k2) .. "]", step = methods.step }
+            end
+          end
+        end
+      end
+    end
+  end
+  -- (sweep 108) an object held by another (a scheduler inside a SequentialLR, at step 0 or entered at a milestone,
+  -- or a ChainedScheduler): its fields written by hand are read back by the holder's step and state_dict, not its
+  -- own. Each source of each kind that a holder takes is a receiver of its own (M is the held object; the holder is
+  -- the global HOLDER of the call's environment, made with O)
+  local HOLDERS = {
+    { "in SequentialLR at step 0", "fp8.optim.lr_scheduler.SequentialLR(M.optimizer, "
+      .. "{M, fp8.optim.lr_scheduler.ConstantLR(M.optimizer, {factor = 0.5})}, {1})" },
+    { "in SequentialLR past a milestone", "fp8.optim.lr_scheduler.SequentialLR(M.optimizer, "
+      .. "{fp8.optim.lr_scheduler.ConstantLR(M.optimizer, {factor = 0.5}), M}, {1})" },
+    { "in ChainedScheduler", "fp8.optim.lr_scheduler.ChainedScheduler({M, "
+      .. "fp8.optim.lr_scheduler.ExponentialLR(M.optimizer, {gamma = 0.9})})" },
+  }
+  local nk = #insts
+  for ii = 1, nk do
+    local inst = insts[ii]
+    for _, from in ipairs { inst.src, table.unpack(inst.alts) } do
+      for _, h in ipairs(HOLDERS) do
+        local src = ("(function() local M = %s; HOLDER = %s; return M end)()"):format(from, h[2])
+        local ok, v = pcall(load("return " .. src, "=holder", "t", setmetatable({ fp8 = fp8 }, { __index = _G })))
+        if ok and type(v) == "table" then
+          insts[#insts + 1] = { src = src, value = v, alts = {},
+            name = ("%s (%s) %s"):format(inst.name, from:match("^[%w_.]+") or from, h[1]) }
+          for _, k in ipairs(sorted_keys(v)) do
+            if type(rawget(v, k)) ~= "function" then
+              entries[#entries + 1] = { kind = "field", inst = #insts, name = k,
+                                        uses = { "HOLDER:step()", "HOLDER:state_dict()" } }
+            end
+          end
+        end
+      end
+    end
   end
   return entries, insts, probed
 end
@@ -478,12 +535,19 @@ local function T_SRC(e, form)
 end
 local function forms(e)
   if e.kind == "func" then
-    return { "return " .. e.expr .. "(V)", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(T, V)",
+    -- (sweep 108) the first form runs a backward too where V requires grad (a huge or tiny tensor as the input)
+    return { "return BACK(" .. e.expr .. "(V))", "return " .. e.expr .. "(2, V)", "return " .. e.expr .. "(T, V)",
              "return BACK(" .. e.expr .. "(T, V))" }
   elseif e.kind == "method" then
     local m = ("O[%q]"):format(e.name)
-    return { "return " .. m .. "(O, V)", "return " .. m .. "(V)", "return " .. m .. "(O, 2, V)",
+    return { "return " .. m .. "(O, V)", "return BACK(" .. m .. "(V))", "return " .. m .. "(O, 2, V)",
              "return " .. m .. "(O, T, V)", "return BACK(" .. m .. (e.tensor and "(T, V))" or "(O, T, V))") }
+  elseif e.kind == "sdkey" then
+    -- (sweep 108) a key of O:state_dict() edited before load_state_dict (a checkpoint written by hand), then read
+    local set = ("local sd = O:state_dict(); sd%s = V; "):format(e.path)
+    local f = { set .. "return O:load_state_dict(sd)", set .. "O:load_state_dict(sd); return O:state_dict()" }
+    if e.step then f[#f + 1] = set .. "O:load_state_dict(sd); return O:step()" end
+    return f
   elseif e.kind == "field" then
     local f = { ("O[%q] = V; return tostring(O)"):format(e.name) }
     for _, u in ipairs(e.uses or {}) do f[#f + 1] = ("O[%q] = V; return %s"):format(e.name, u) end
@@ -504,6 +568,7 @@ end
 
 local function entry_label(e, insts)
   if e.kind == "func" then return e.expr end
+  if e.kind == "sdkey" then return insts[e.inst].name .. ":state_dict()" .. e.path end
   return insts[e.inst].name .. (e.kind == "method" and ":" or e.kind == "field" and "." or " ") .. e.name
 end
 
@@ -540,7 +605,7 @@ local function message_ok(msg, e)
   local name = e.kind == "func" and (e.expr:match("([%w_]+)$") or e.expr) or e.name
   if msg:find(name, 1, true) then return true end
   if msg:match("bad argument") then return true end
-  if e.kind == "op" or e.kind == "field" then return true end   -- operators have no name to give
+  if e.kind == "op" or e.kind == "field" or e.kind == "sdkey" then return true end   -- operators have no name to give
   return msg:match("^[%w_.:]+: ") ~= nil or msg:match("^[^:]+:%d+: [%w_.:]+: ") ~= nil   -- "fname: ..."
 end
 
@@ -555,7 +620,7 @@ local function is_public(e, insts)
   end
   -- operators, and fields overwritten with hostile values (the object's own state, which its
   -- __tostring then trips over), are counted but not listed
-  if e.kind == "op" or e.kind == "field" then return false end
+  if e.kind == "op" or e.kind == "field" or e.kind == "sdkey" then return false end
   return true
 end
 -- Forms whose V takes the place of self (hostile self): Lua methods answer those with Lua's own
@@ -628,7 +693,8 @@ local function child(spec)
     -- keep the instance usable: if a call released or broke it, rebuild for the next call
     -- (a field written by hand, since stop 97 read back by the object's step: a fresh object for the next call, as
     -- the reproducer builds one)
-    if (not ok or uses_helpers(VALUES[vi]) or uses_helpers(form) or e.kind == "field") and e.inst then
+    local fresh = e.kind == "field" or e.kind == "sdkey"
+    if (not ok or uses_helpers(VALUES[vi]) or uses_helpers(form) or fresh) and e.inst then
       inst_vals[e.inst] = nil
     end
     env.O, env.T = nil, nil

@@ -151,8 +151,8 @@ end
 -- lrs (OneCycleLR's momentum). fields: set on the scheduler before that first step (T_0, total_steps, ...; base_lrs:
 -- its own, CyclicLR's base_lr, where torch's are not the groups' initial_lr). A group without an initial_lr gets
 -- its lr as one (torch's setdefault: the first scheduler's base stays).
--- How torch's SequentialLR runs a scheduler, read there: fields _seq_first(sc, u, base0, i) (its lr at its step u
--- when it runs from step 0, started on the groups' initial_lr base0) and _seq_enter(sc, u, base, i, prev) (from a
+-- How torch's SequentialLR runs a scheduler, read there: fields _seq_first(sc, u, base0, i, own) (its lr at its step
+-- u when it runs from step 0, started on the groups' initial_lr base0; own its base_lrs[i], checked) and _seq_enter(sc, u, base, i, prev) (from a
 -- milestone on; base its own, prev() the lr before the milestone); without them, a chainable schedule (_chainable:
 -- torch's steps multiply the group's lr) scales base0, and any schedule runs from its own base after a milestone.
 -- _no_epoch: why step(epoch) is refused.
@@ -374,13 +374,49 @@ M._other_schedule = function(sched, sd)
   return other_schedule(sched, sd)
 end
 
+-- A setting as a state may carry it at its top level, torch's place (torch's state_dict is the scheduler's
+-- attributes, settings among them, and its load_state_dict puts them back): the same value as this scheduler's (a
+-- number within 1e-12 of it, a list of such), or the key absent. Until sweep 108 a state edited before
+-- load_state_dict (sd.gamma = 0.5, sd.factor = 0.5 for a ReduceLROnPlateau) loaded and its setting was ignored.
+local function same_setting(a, b, depth)
+  if a == b then return true end
+  if type(a) == "number" and type(b) == "number" then
+    return math.abs(a - b) <= 1e-12 * math.max(math.abs(a), math.abs(b))
+  end
+  if type(a) ~= "table" or type(b) ~= "table" or (depth or 0) > 0 or rawlen(a) ~= rawlen(b) then return false end
+  for i = 1, rawlen(a) do if not same_setting(rawget(a, i), rawget(b, i), 1) then return false end end
+  return true
+end
+-- Why sd's top-level settings (keys, the class's settings) are not self's (get(k): self's value), or nil
+local function other_settings(sd, keys, get)
+  local function show(v)
+    if type(v) == "string" then return ("%q"):format(v) end
+    if type(v) == "table" then
+      local parts = {}
+      for i = 1, math.min(rawlen(v), 8) do parts[i] = show(rawget(v, i)) end
+      return "{" .. table.concat(parts, ", ") .. (rawlen(v) > 8 and ", ...}" or "}")
+    end
+    return O.got(v)
+  end
+  for _, k in ipairs(keys) do
+    local v, mine = rawget(sd, k), get(k)
+    if v ~= nil and not same_setting(v, mine) then
+      return ("the state sets %s = %s, this scheduler's is %s"):format(k, show(v), mine == nil
+        and "made by its constructor and not kept as a value" or show(mine))
+    end
+  end
+end
+
 -- load_state_dict(sd [, strict=true]): strict=false takes a state of another schedule (this one's settings stay)
 function Scheduler:load_state_dict(sd, strict)
   if type(sd) ~= "table" then
     error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
   end
   if strict ~= false then
-    local why = other_schedule(self, sd)
+    local keys = {}
+    for k in pairs(settings_of(self)) do if not POSITION[k] then keys[#keys + 1] = k end end
+    table.sort(keys)
+    local why = other_schedule(self, sd) or other_settings(sd, keys, function(k) return self[k] end)
     if why then
       error(("%s:load_state_dict: %s (torch puts the saved settings back; here they are the constructor's: make the "
         .. "scheduler as it was saved, or pass strict=false to keep this one's schedule from the saved step)")
@@ -555,7 +591,7 @@ function M.CosineAnnealingLR(opt, opts, ...)
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * epoch / T)) / 2
   end
   return new("CosineAnnealingLR", opt, lr_fn, nil, false, nil, { T_max = T, eta_min = eta_min,
-    _seq_first = function(sc, u, base0, i) return lr_fn(u, u <= T and base0 or sc.base_lrs[i] or base0) end })
+    _seq_first = function(_, u, base0, _, own) return lr_fn(u, u <= T and base0 or own) end })
 end
 
 -- warmup_cosine(opt, {warmup_steps=0, total_steps, min_lr=0}):
@@ -702,10 +738,16 @@ function M.CosineAnnealingWarmRestarts(opt, opts, ...)
   check_int("CosineAnnealingWarmRestarts", "T_0", T0, 1)
   check_int("CosineAnnealingWarmRestarts", "T_mult", mult, 1)
   check_rate("CosineAnnealingWarmRestarts", "eta_min", eta_min)
+  -- (the cycle's length past 2^63 is a float: T_i · T_mult wrapped in Lua's integers, start + T_i with it, and the
+  -- loop never ended for T_mult = 2^62 from step 2 on, stepped or loaded; torch's Python integers do not
+  -- wrap. t < 2^53 or an integer, so t - start >= T_i decides before T_i is near the float's rounding; sweep 108)
   local function cycle(t)   -- T_cur, T_i at position t
     if mult == 1 then return math.fmod(t, T0), T0 end
     local start, Ti = 0, T0
-    while t >= start + Ti do start, Ti = start + Ti, Ti * mult end
+    while t - start >= Ti do
+      start = start + Ti
+      if math.type(Ti) == "integer" and Ti > math.maxinteger // mult then Ti = Ti * 1.0 * mult else Ti = Ti * mult end
+    end
     return t - start, Ti
   end
   return new("CosineAnnealingWarmRestarts", opt, function(t, base)
@@ -1068,15 +1110,25 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
   end
   local _, _, k0 = which(0)   -- the scheduler torch's constructor starts at step 0 (any before it never runs)
   local before = {}   -- before[k][i] = {base, lr}: group i's lr at step milestones[k] − 1, for a MultiplicativeLR
+  -- group i's base in the member sc = list[k + 1], its base_lrs checked as its own step checks them (base_list): a
+  -- member's base_lrs written by hand was read unchecked here (a number: Lua's "attempt to index a number value" at
+  -- this file's line; {"0.5"} coerced, a string or a table whose __index answers every key taken without a word;
+  -- sweep 108), the group's base where the member has none (a group added since)
+  local function own_base(sc, k, i, base)
+    local bl = base_list(sc, ("SequentialLR: schedulers[%d] (%s)"):format(k + 1, tostring(rawget(sc, "name"))))
+    local v = rawget(bl, i)
+    if v == nil then return base end
+    return v
+  end
   local function lr_at(t, base, i)
     local sc, u, k = which(t)
+    local own = own_base(sc, k, i, base)
     if k == k0 then
       local first = rawget(sc, "_seq_first")
-      if first then return first(sc, u, base, i) end
+      if first then return first(sc, u, base, i, own) end
       if rawget(sc, "_chainable") then return base * sc._lr_fn(u, 1, i) end
-      return sc._lr_fn(u, sc.base_lrs[i] or base, i)
+      return sc._lr_fn(u, own, i)
     end
-    local own = sc.base_lrs[i] or base
     local enter = rawget(sc, "_seq_enter")
     if not enter then return sc._lr_fn(u, own, i) end
     return enter(sc, u, own, i, function()
@@ -1458,16 +1510,20 @@ function Plateau:load_state_dict(sd, strict)
     error(("ReduceLROnPlateau:load_state_dict: strict must be a boolean, got %s"):format(O.got(strict)), 2)
   end
   if strict ~= false then
-    local why = plateau_other(self, sd)
+    local keys = { "min_lrs" }
+    for i, k in ipairs(PLATEAU_SETTINGS) do keys[i + 1] = k end
+    local why = plateau_other(self, sd) or other_settings(sd, keys, function(k) return rawget(self, k) end)
     if why then
       error(("ReduceLROnPlateau:load_state_dict: %s (torch puts the saved settings back; here they are the "
         .. "constructor's: make the scheduler as it was saved, or pass strict=false to keep this one's settings)")
         :format(why), 2)
     end
   end
+  -- (below 2^63 - 1, as step checks them: it adds 1; a state of math.maxinteger loaded, and every step was refused)
   for _, k in ipairs { "last_epoch", "num_bad_epochs", "cooldown_counter" } do
-    if math.type(sd[k]) ~= "integer" or sd[k] < 0 then
-      error(("ReduceLROnPlateau:load_state_dict: %s must be an integer >= 0, got %s"):format(k, O.got(sd[k])), 2)
+    if math.type(sd[k]) ~= "integer" or sd[k] < 0 or sd[k] == math.maxinteger then
+      error(("ReduceLROnPlateau:load_state_dict: %s must be an integer >= 0 (below 2^63 - 1), got %s"):format(k,
+        O.got(sd[k])), 2)
     end
   end
   local best = sd.best == "inf" and math.huge or sd.best == "-inf" and -math.huge or sd.best   -- (state_dict's)

@@ -80,8 +80,11 @@ end
 -- is this one's, as from_adamw takes it: decoupled decay, or none.
 function MSAMPAdamW:load_state_dict(sd)
   if type(sd) == "table" and type(sd.param_groups) == "table" then
-    local groups
-    for i, g in ipairs(sd.param_groups) do
+    -- (read raw: ipairs walked a list whose __index answers every key for ever, the sweep's param_groups of sweep
+    -- 108; Optimizer's load_state_dict refuses such a list by its length)
+    local groups, pg = nil, sd.param_groups
+    for i = 1, rawlen(pg) do
+      local g = rawget(pg, i)
       if type(g) == "table" and g.decoupled_weight_decay ~= nil then
         local wd = g.weight_decay
         if g.decoupled_weight_decay ~= true and type(wd) == "number" and wd ~= 0 then
@@ -89,7 +92,7 @@ function MSAMPAdamW:load_state_dict(sd)
             .. "another step than this optimizer's decoupled decay"):format(self.name, i, tostring(wd),
             tostring(g.decoupled_weight_decay)), 2)
         end
-        groups = groups or table.move(sd.param_groups, 1, #sd.param_groups, 1, {})
+        groups = groups or table.move(pg, 1, rawlen(pg), 1, {})
         local c = {}
         for k, v in pairs(g) do if k ~= "decoupled_weight_decay" then c[k] = v end end
         groups[i] = c

@@ -367,7 +367,15 @@ function Optimizer:load_state_dict(sd)
           fail("group %d has the option '%s', which %s does not have (valid: %s)", gi, tostring(k), self.name,
             sorted_keys(self.defaults))
         end
-        cand[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v
+        -- a list option (betas) copied raw: a table whose __len lies (2^62) made table.move copy for ever (sweep 108's
+        -- state_dict key form: sd.param_groups[1].lr = the lying list, load_state_dict never returned); the copy is
+        -- what _check_group then checks (a table where a number belongs is refused there)
+        if type(v) == "table" then
+          local c = {}
+          for i = 1, rawlen(v) do c[i] = rawget(v, i) end
+          v = c
+        end
+        cand[k] = v
       end
     end
     local ok, err = pcall(self._check_group, self, cand)
