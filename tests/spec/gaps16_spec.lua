@@ -1,8 +1,8 @@
 -- Found on 2026-12-07 (stop 98): x:norm(p) refused every p but 1, 2 and math.huge, and dist every p < 0, where
 -- torch 2.15 takes any p in both (0: the count of nonzero elements; fractional p, p > 2, p < 0 and -inf); dist's
 -- p = 0 had no gradient (torch's is undefined: zeros here), a bf16/fp16 dist of p other than 1, 2 and math.huge was
--- computed in the dtype's own arithmetic (torch's sums in fp32 and rounds once). docs/robustness.md, "x:norm(p) and
--- dist for every p (stop 98)".
+-- computed in the dtype's own arithmetic (torch's sums in fp32 and rounds once), and F.normalize with p < 0 gave a
+-- row of infinities ±inf (torch's NaN). docs/robustness.md, "x:norm(p) and dist for every p (stop 98)".
 local U = dofile("tests/spec/helpers/util.lua")
 
 local NAN, INF = 0 / 0, math.huge
@@ -206,4 +206,24 @@ describe("dist takes every p but NaN, as torch 2.15", function()
     U.fails_with("dist: p must be a number (math.huge and -math.huge included, NaN not), got ",
       function() return fp8.dist(fp8.tensor { 1 }, fp8.tensor { 0 }, NAN) end)
   end)
+end)
+
+describe("F.normalize with p < 0 of a row of infinities is NaN, as torch 2.15", function()
+  -- torch's F.normalize(x, p, dim=1) and the gradient of Σ y·{{1, 2}, {3, -1}} (scripts/gen_gaps16.py): the row's
+  -- Σ|x|^p is 0, its norm inf, x / inf NaN (fp8lab's zero-sum root was 0, and the row came out ±inf, x / eps)
+  local NORMALIZE = {
+    { p = -1.0, y = { { NAN, NAN }, { 1.5, -3.0 } },
+      g = { { NAN, NAN }, { -0.5000004768371582, -0.24999988079071045 } } },
+    { p = -0.5, y = { { NAN, NAN }, { 2.9142136573791504, -5.828427314758301 } },
+      g = { { NAN, NAN }, { 0.2071075439453125, 0.10355329513549805 } } },
+  }
+  for _, c in ipairs(NORMALIZE) do
+    it(("p = %g"):format(c.p), function()
+      local x = fp8.tensor({ { INF, -INF }, { 1.0, -2.0 } }):requires_grad_()
+      local y = fp8.nn.functional.normalize(x, { p = c.p });
+      (y * fp8.tensor { { 1, 2 }, { 3, -1 } }):sum():backward()
+      near(c.y, y:totable(), 4e-6, "y")
+      near(c.g, x.grad:totable(), 4e-6, "grad")
+    end)
+  end
 end)
