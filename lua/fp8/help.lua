@@ -99,8 +99,9 @@ add_all {
     sig = "x:nansum([dim [, keepdim]]) / :nanmean(...) / :std_mean([dim] [, {correction=, keepdim=}]) / "
        .. ":var_mean(...) / :dist(y [, p=2]) / :renorm(p, dim, maxnorm)",
     doc = "torch's: sums and means of the elements that are not NaN; the std (var) and the mean as two results;\n"
-       .. "the p-norm of x - y (p 1, 2 or math.huge); each slice along dim with a p-norm over maxnorm scaled to it\n"
-       .. "(maxnorm / (norm + 1e-7), differentiable through the norm as torch's). Function forms fp8.nansum, ..." },
+       .. "the p-norm of x - y (any p but NaN, as x:norm's); each slice along dim with a p-norm over maxnorm\n"
+       .. "scaled to it (maxnorm / (norm + 1e-7), differentiable through the norm as torch's). Function forms\n"
+       .. "fp8.nansum, ..." },
   { section = "Tensors", name = "Tensor:rot90",
     sig = "x:rot90([k=1 [, dims={1, 2}]]) / :fliplr() / :flipud() / :atleast_1d() / :atleast_2d() / :atleast_3d() / "
        .. ":broadcast_to(shape) / :diff([n [, dim [, {prepend=, append=}]]]) / :take(index) / "
@@ -237,10 +238,11 @@ add_all {
        .. "the 0-based indices of the nonzero elements, [n, dim]." },
   { section = "Tensors", name = "Tensor:logsumexp",
     sig = "x:logsumexp(dim [, keepdim]) / x:norm([p=2 [, dim [, keepdim]]])",
-    doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); the vector norm for p = 2 (\"fro\"),\n"
-       .. "1 or math.huge (max |x|), its gradient 0 where the norm is 0; finite where the true norm is, when Σx²\n"
-       .. "over- or underflows ({1e20, 1e20}: 1.414e20; x scaled by a power of two). Both differentiable;\n"
-       .. "bf16/fp16 in fp32, rounded once. dim may be a list of dims ({1, 3}), as torch's tuple." },
+    doc = "log Σ exp(x) along dim, shifted by the largest value (torch's); torch's vector norm for any p but NaN:\n"
+       .. "2 (\"fro\"), 1, math.huge (max |x|), -math.huge (min |x|), 0 (the count of nonzeros, gradient zeros),\n"
+       .. "p < 0 (0 where an element is 0), any other p; the gradient 0 where the norm is 0; for p > 0 finite where\n"
+       .. "the true norm is, when Σ|x|^p over- or underflows ({1e20, 1e20}: 1.414e20; x scaled by a power of two).\n"
+       .. "Both differentiable; bf16/fp16 in fp32, rounded once. dim may be a list of dims ({1, 3}), as torch's tuple." },
   { section = "Tensors", name = "Tensor:prod",
     sig = "x:prod([dim [, keepdim]]) / x:cumprod(dim)",
     doc = "torch's product of all elements (0-d) or along one dim, and its running products along dim. Built of\n"

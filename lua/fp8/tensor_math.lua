@@ -39,6 +39,29 @@ function T._root(s, p)
   return where(nz, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
+-- torch's -inf norm: the smallest |x| over dim (nil: all; a dim or a list of them), NaN if any is NaN, its gradient
+-- split among the elements that equal it and the NaNs (torch 2.15's norm backward for ±inf: sgn(x)·g·mask / Σmask):
+-- m + Σ_mask(|x| − |x|) / count, whose value is m's bits; where m is inf (every element inf or NaN: |x| − |x| is NaN
+-- there) the mean of the masked |x|, inf with the same gradient. A NaN element's gradient is 0 (torch's sgn(NaN) is
+-- 0; abs's backward here would give NaN): x's graph is cut there. x:norm(-math.huge) and dist's.
+function T._min_abs_norm(x, dim, keepdim)
+  local a = where(x:isnan(), x:detach(), x):abs()
+  local ad = a:detach()
+  local m = ad
+  if dim == nil then
+    m = ad:min()
+    if x:dim() > 0 then m = m:reshape(ad:sum(nil, true):shape()) end
+  else
+    for _, d in ipairs(type(dim) == "table" and dim or { dim }) do m = m:min(d, true) end
+  end
+  local mask = ad:eq(m):logical_or(ad:isnan())
+  local count = mask:to(a:dtype()):sum(dim, true)
+  local n = where(m:isfinite(), m + where(mask, a - ad, 0):sum(dim, true) / count,
+    where(mask, a, 0):sum(dim, true) / count)
+  if not keepdim then n = n:reshape(ad:sum(dim, false):shape()) end
+  return n
+end
+
 -- The dims of x that dim names (nil: all; a dim or a list of them, counted from 1, negative from the end) as the
 -- bits of a mask, bit i - 1 for dim i: fl_norm_rescue's
 function T._dims_mask(x, dim)
@@ -312,19 +335,18 @@ Tensor.var_mean = at_caller(function(t, dim, o, ...)
   return t:var(dim, o), m
 end)
 
--- dist(other [, p=2]): ‖x − other‖_p over every element (p 1, 2 or math.huge, norm's)
+-- dist(other [, p=2]): ‖x − other‖_p over every element, x:norm(p)'s for every p but NaN, as torch 2.15's dist
+-- (until stop 98: p < 0 and -math.huge refused, p = 0's count without a gradient, torch's undefined, zeros here, and
+-- a bf16/fp16 p other than 1, 2 and math.huge computed in the dtype's own arithmetic, where torch's sums in fp32 and
+-- rounds once: bf16 p = 3 of gaps16_spec's operands 5.09375, torch's 5.0625)
 Tensor.dist = at_caller(function(t, y, p, ...)
   no_more("dist", "(other [, p=2])", ...)
   self_of("dist", t); operand("dist", "other", y)
   p = p or 2
-  if type(p) ~= "number" or not (p >= 0) then error(("dist: p must be a number >= 0, got %s"):format(got(p)), 2) end
-  local d = t - y
-  if p == 1 or p == 2 or p == math.huge then return d:norm(p) end
-  if p == 0 then return d:ne(0):to(d:dtype()):sum() end   -- torch's: the count of differing elements
-  return T._norm_rescaled(d, nil, function(v)   -- torch's dist takes any p; Σ|d|^p out of range: d scaled first
-    local s = T._abs_pow(v, p, true):sum()
-    return T._root(s, p), s
-  end, p)
+  if type(p) ~= "number" or p ~= p then
+    error(("dist: p must be a number (math.huge and -math.huge included, NaN not), got %s"):format(got(p)), 2)
+  end
+  return (t - y):norm(p)
 end)
 
 -- renorm(p, dim, maxnorm): each slice along dim (the tensor at one index of dim) whose p-norm passes maxnorm

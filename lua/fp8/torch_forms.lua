@@ -65,16 +65,19 @@ Tensor.logsumexp = at_caller(function(t, dim, keepdim, ...)
   return r
 end)
 
--- norm([p=2 [, dim [, keepdim]]]): torch's vector norms over everything or along dim (or a list of dims): p = 2
--- (or "fro"), 1 or math.huge (max |x|). The 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's). bf16/fp16
--- inputs are computed in fp32 and rounded once.
-local NORMS = "2 (or \"fro\"), 1 or math.huge"
+-- norm([p=2 [, dim [, keepdim]]]): torch's vector norms (torch.linalg.vector_norm's) over everything or along dim (or
+-- a list of dims), for every p but NaN, as torch 2.15's: p = 2 (or "fro"), 1, math.huge (max |x|), -math.huge (min
+-- |x|), 0 (the count of nonzero elements, NaN counted; its gradient zeros), p < 0 ((Σ|x|^p)^(1/p), 0 where an
+-- element is 0) and any other p > 0 ((Σ|x|^p)^(1/p)); p other than 1, 2 and math.huge refused until stop 98. The
+-- 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's); the ±inf norms' is split among the ties (and NaNs).
+-- bf16/fp16 inputs are computed in fp32 and rounded once, as torch's accumulate type.
 Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   local dt = check_self("norm", t); no_more("norm", "([p [, dim [, keepdim]]])", ...)
   check_not_fp8("norm", dt)
   if p == nil or p == "fro" then p = 2 end
-  if p ~= 1 and p ~= 2 and p ~= math.huge then
-    error(("norm: p must be %s, got %s"):format(NORMS, got(p)), 2)
+  if type(p) ~= "number" or p ~= p then   -- (torch takes NaN and returns NaN: refused here by name, as normalize's)
+    error(("norm: p must be a number (math.huge and -math.huge included, NaN not) or \"fro\", got %s"):format(got(p)),
+      2)
   end
   if dim ~= nil then dim = dims_of("norm", dim, math.max(t:dim(), 1)) end
   check_keepdim("norm", keepdim)
@@ -82,7 +85,7 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   local r
   if p == 1 then r = x:abs():sum(dim, keepdim)
   elseif p == math.huge then r = x:amax(dim, keepdim)
-  else
+  elseif p == 2 then
     -- Σx² in one pass (core/ops.h's fl_sum_squares: (x * x):sum(dim, keepdim)'s bits and gradient; over a list of
     -- dims, those two); where it over- or underflows, x scaled by a power of two first (T._norm_rescaled)
     r = T._norm_rescaled(x, dim, function(v)
@@ -90,6 +93,27 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
       local z = s:eq(0)           -- no history: sqrt(s + 1) - 1 is 0 there with a zero gradient; elsewhere s's root
       return (s + z):sqrt() - z, s
     end, 2)
+  elseif p == 0 then   -- the count of nonzero elements; torch's gradient is zeros (the zero keeps x in the graph)
+    r = x:detach():ne(0):to(x:dtype()):sum(dim, keepdim)
+    if x:requires_grad() then r = r + T._full_in_graph(x, {}, 0) end
+  elseif p < 0 then
+    -- a reduction over nothing has no value for p < 0 (torch's RuntimeError: the operation has no identity)
+    local empty = t:numel() == 0 and dim == nil
+    for _, d in ipairs(dim ~= nil and t:dim() > 0 and each_dim(dim) or {}) do empty = empty or t:size(d) == 0 end
+    if empty then
+      error(("norm: the %s norm of an empty reduction has no value (the operation has no identity; torch refuses it "
+        .. "too), input %s"):format(p == -math.huge and "-inf" or ("%.14g"):format(p), t:shape_str()), 2)
+    end
+    if p == -math.huge then r = T._min_abs_norm(x, dim, keepdim)   -- the smallest |x|, its gradient split among ties
+    else   -- no rescue (torch has none; the sum is ruled by the smallest |x|), and no select on the root: a sum of
+      -- 0 (every |x| inf) has the norm inf, torch's pow(0, 1/p), with its NaN gradient
+      r = T._abs_pow(x, p, true):sum(dim, keepdim):pow(1 / p)
+    end
+  else                 -- any other p > 0: Σ|x|^p out of range: x scaled first, as dist's and F.normalize's
+    r = T._norm_rescaled(x, dim, function(v)
+      local s = T._abs_pow(v, p, true):sum(dim, keepdim)
+      return T._root(s, p), s
+    end, p)
   end
   if x ~= t then r = r:to(dt) end
   return r

@@ -929,8 +929,10 @@ function F.normalize(x, opts, ...)
     n = m + T.where(mask, a - ad, 0):sum(dim, true) / mask:to(a:dtype()):sum(dim, true)
   elseif p == 0 then   -- torch's p=0: the count of nonzero elements (NaN counts), no gradient through it
     n = x:detach():ne(0):to(x:dtype()):sum(dim, true)
-  elseif p < 0 then    -- torch's: (Σ|x|^p)^(1/p), 0 where an element is 0 (|0|^p inf); no rescue (torch has none)
-    n = T._root(T._abs_pow(x, p, true):sum(dim, true), p)
+  elseif p < 0 then    -- torch's: (Σ|x|^p)^(1/p), 0 where an element is 0 (|0|^p inf); no rescue (torch has none).
+    -- No select on the root: a row of infinities sums to 0 and its norm is inf, x / inf NaN as torch's (the zero
+    -- sum's root was 0, and the row came out ±inf, x / eps; stop 98)
+    n = T._abs_pow(x, p, true):sum(dim, true):pow(1 / p)
   else
     n = T._norm_rescaled(x, dim, function(v)   -- Σ|x|^p out of range: x scaled first
       local s = p == 2 and (v * v):sum(dim, true) or T._abs_pow(v, p, true):sum(dim, true)
