@@ -1,7 +1,8 @@
 /* cpu_conv.c — conv2d's fp32 forward by oneDNN's convolution primitive (cpu_conv.h). The columns route
  * (core/conv_cols.c: im2col, then a GEMM) writes and reads C·kh·kw values per output position; the direct kernels
  * read the image in place, in the layout they choose (brgconv on AVX-512: NHWC; other kernels nChw16c / nChw8c), as
- * torch 2.15's CPU conv does (its mkldnn route). The input and weight are reordered into that layout each call, the
+ * torch 2.15's CPU conv does (its mkldnn route); a first layer (one group of under 16 channels) reads its NCHW input
+ * as it is, by the first-layer kernel (cv_make). The input and weight are reordered into that layout each call, the
  * result copied out of it (unblock, faster than oneDNN 2.6's reorder; an unknown layout by that reorder); a few samples
  * at a time (about 16 MiB of input and output a chunk), so the blocked copies stay bounded and Ctrl-C is polled
  * between chunks. Primitives (the convolution and its three reorders) are kept per geometry in a small LRU cache. */
@@ -72,17 +73,30 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[0], 4, sd, dnnl_f32, dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, dnnl_f32, dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[2], 4, dd, dnnl_f32, dnnl_format_tag_any));
-    dnnl_convolution_desc_t cd;
-    dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                                 &any[0], &any[1], NULL, &any[2], strides, dil, pl, pr);
-    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL);
-    if (s != dnnl_success) pd = NULL;
+    /* a first layer (one group of fewer than 16 channels: an image's 1-4) asks first for its input as it is, NCHW:
+     * oneDNN's direct kernels for so few channels (jit:avx512_core's or jit:avx2's first-layer kernel) read NCHW in
+     * place and write blocked channels, as torch 2.15's mkldnn route does for such a layer; the layouts left to the
+     * primitive (format_tag_any) gave brgconv in NHWC, the input reordered each call, slower (docs/performance.md,
+     * "conv2d's first layer"). A fixed rule by geometry, not a timing: a geometry always takes the same kernel. */
+    const bool first = g == 1 && k->c < 16;
     const char *impl = NULL;
-    if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = NULL;
-    /* declined: the GEMM-based kernels make columns as conv_cols.c does (slower here), the reference ones are slower
-     * still, and a geometry oneDNN refuses (past its limits) is the columns' to compute, not an error */
-    if (!pd || !impl || strstr(impl, "gemm") || strstr(impl, "ref")) {
-        if (pd) dnnl_primitive_desc_destroy(pd);
+    for (int t = first ? 0 : 1; t < 2 && !pd; t++) {
+        dnnl_convolution_desc_t cd;
+        dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                                     dnnl_convolution_direct, t ? &any[0] : &e->md[0],
+                                                                     &any[1], NULL, &any[2], strides, dil, pl, pr);
+        if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL);
+        if (s != dnnl_success) pd = NULL;
+        impl = NULL;
+        if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = NULL;
+        /* declined: the GEMM-based kernels make columns as conv_cols.c does (slower here), the reference ones are
+         * slower still, and a geometry oneDNN refuses (past its limits) is the columns' to compute, not an error */
+        if (pd && (!impl || strstr(impl, "gemm") || strstr(impl, "ref"))) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = NULL;
+        }
+    }
+    if (!pd) {
         e->used = e->unimpl = true;
         return FL_OK;
     }
@@ -219,6 +233,20 @@ fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, int64_t N,
             if (st == FL_OK) st = cv_run(e[N - n0 < nb], eng, str, x + n0 * C * H * W, w, y + n0 * OC * oh * ow);
         }
     }
+    fl_cpu_dnnl_release();
+    return st;
+}
+
+fl_status fl_cpu_conv2d_f32_route(bool *direct, bool *in_place, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
+                                  int64_t groups, const int64_t geo[10]) {
+    *direct = *in_place = false;
+    void *ve, *vs;
+    FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
+    cv_key k = { N, C, H, W, OC, groups, { 0 } };
+    memcpy(k.geo, geo, sizeof k.geo);
+    cv_entry *e = NULL;
+    fl_status st = cv_get(&e, &k, ve);
+    if (st == FL_OK && !e->unimpl) *direct = true, *in_place = e->rsrc == NULL;
     fl_cpu_dnnl_release();
     return st;
 }

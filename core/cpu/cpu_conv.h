@@ -12,4 +12,9 @@
  * keeps the columns). Polls the interrupt flag between chunks of samples. */
 fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H, int64_t W,
                             int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh, int64_t ow, bool *ran);
+
+/* for tests (test_im2col.c): the route fl_cpu_conv2d_f32 takes for N samples of this geometry: *direct as its *ran,
+ * *in_place where the kernel reads the NCHW input as it is (no reorder into a blocked or NHWC copy: a first layer's) */
+fl_status fl_cpu_conv2d_f32_route(bool *direct, bool *in_place, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
+                                  int64_t groups, const int64_t geo[10]);
 #endif

@@ -160,6 +160,26 @@ TEST(conv2d_fp32_direct_vs_loops) {
     }
 }
 
+/* a first layer (one group of under 16 channels: an image's 3) reads its NCHW input in place, by oneDNN's
+ * first-layer kernel, as torch 2.15's mkldnn route does; before stop 98's "conv2d's first layer" it was reordered to
+ * NHWC each call for brgconv (slower: docs/performance.md). 16 channels keep the layouts the primitive picks. Values
+ * are the spec's (convfirst_spec) and conv2d_fp32_direct_vs_loops's. */
+TEST(conv2d_fp32_first_layer_reads_nchw_in_place) {
+    static const struct { int64_t N, C, H, OC, k, s, p; } cs[] = {
+        { 32, 3, 32, 64, 3, 1, 1 }, { 2, 3, 224, 64, 7, 2, 3 }, { 4, 1, 28, 32, 3, 1, 1 }, { 2, 8, 20, 24, 5, 2, 2 },
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const int64_t geo[10] = { cs[t].k, cs[t].k, cs[t].s, cs[t].s, 1, 1, cs[t].p, cs[t].p, cs[t].p, cs[t].p };
+        bool direct = false, in_place = false;
+        REQUIRE_OK(fl_cpu_conv2d_f32_route(&direct, &in_place, cs[t].N, cs[t].C, cs[t].H, cs[t].H, cs[t].OC, 1, geo));
+        if (direct) CHECK(in_place, "case %zu: %lld channels: the input was reordered", t, (long long)cs[t].C);
+    }
+    const int64_t geo[10] = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+    bool direct = false, in_place = true;
+    REQUIRE_OK(fl_cpu_conv2d_f32_route(&direct, &in_place, 8, 16, 16, 16, 32, 1, geo));
+    CHECK(!in_place || !direct, "16 channels: the layouts the primitive picks (a reorder) were expected");
+}
+
 TEST(im2col_refuses_bad_geometry) {
     fl_tensor *x = filled(1, 1, 4, 4, 1), *out = NULL, *o2 = NULL;
     REQUIRE(x, "alloc");
