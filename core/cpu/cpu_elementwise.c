@@ -179,7 +179,8 @@ static void pow_run(const float *a, double s, float *d, int64_t n, bool wide) {
 /* a^s for a scalar s: (float)pow((double)a, s), a libm call per element (12 ns; torch's x.pow(2) was 43× faster).
  * The exponents a model's code uses most take exact shortcuts with the same values (tests/c/test_ops.c,
  * pow_scalar_shortcuts, compares them with pow over every 4093rd float and the specials; every float was compared
- * once by hand, NaNs' sign bits aside): a² is the fp32 product (a·a in double is exact, and one rounding to fp32 is the fp32 multiply's);
+ * once by hand, NaNs' sign bits aside): a² is the fp32 product (a·a in double is exact, and one rounding to fp32 is
+ * the fp32 multiply's);
  * a³ and a⁴ are one double rounding of an exact a² times a or a², as pow's correctly rounded double, then fp32;
  * a^0.5 is sqrtf (a double square root then fp32 rounds as sqrtf: 53 ≥ 2·24 + 2); a^-1 is 1/a (the same argument
  * for the quotient); a^-2 and a^-0.5 are 1/(a·a) and 1/√a in double, then fp32 (not proven so, but equal to pow's on

@@ -152,9 +152,10 @@ end
 -- its own, CyclicLR's base_lr, where torch's are not the groups' initial_lr). A group without an initial_lr gets
 -- its lr as one (torch's setdefault: the first scheduler's base stays).
 -- How torch's SequentialLR runs a scheduler, read there: fields _seq_first(sc, u, base0, i, own) (its lr at its step
--- u when it runs from step 0, started on the groups' initial_lr base0; own its base_lrs[i], checked) and _seq_enter(sc, u, base, i, prev) (from a
--- milestone on; base its own, prev() the lr before the milestone); without them, a chainable schedule (_chainable:
--- torch's steps multiply the group's lr) scales base0, and any schedule runs from its own base after a milestone.
+-- u when it runs from step 0, started on the groups' initial_lr base0; own its base_lrs[i], checked) and
+-- _seq_enter(sc, u, base, i, prev) (from a milestone on; base its own, prev() the lr before the milestone); without
+-- them, a chainable schedule (_chainable: torch's steps multiply the group's lr) scales base0, and any schedule runs
+-- from its own base after a milestone.
 -- _no_epoch: why step(epoch) is refused.
 local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   check_opt(name, opt)
