@@ -8,8 +8,9 @@
 /* y [N, OC, oh, ow] = the convolution of x [N, C, H, W] with w [OC, C/groups, kh, kw], all contiguous fp32 (NCHW,
  * OIHW), no bias; geo = { kh, kw, sh, sw, dh, dw, pt, pb, pl, pr } (dilation 1 = dense), the padding zeros. oneDNN's
  * direct kernels (brgconv / jit) sum each output's C/groups·kh·kw products in their own order: not the columns
- * GEMM's bits. *ran = false, nothing written, where oneDNN offers only its GEMM-based or reference kernels (the caller
- * keeps the columns). Polls the interrupt flag between chunks of samples. */
+ * GEMM's bits. *ran = false, nothing written, where oneDNN offers only its GEMM-based or reference kernels, or where a
+ * padding is wider than the image (the caller keeps the columns). Polls the interrupt flag between chunks of
+ * samples. */
 fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H, int64_t W,
                             int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh, int64_t ow, bool *ran);
 

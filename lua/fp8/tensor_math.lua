@@ -68,8 +68,15 @@ function T._dims_mask(x, dim)
   local nd = x:dim()
   if nd == 0 then return 0 end
   if dim == nil then return (1 << nd) - 1 end
+  -- (the list read raw: its callers check the dims first, but a table whose __index answers every key made ipairs
+  -- run for ever, sweep 110)
+  local list = type(dim) == "table" and dim or { dim }
   local m = 0
-  for _, d in ipairs(type(dim) == "table" and dim or { dim }) do
+  for i = 1, rawlen(list) do
+    local d = rawget(list, i)
+    if math.type(d) ~= "integer" or d < -nd or d > nd or d == 0 then
+      error(("_dims_mask: dim must be an integer in [%d, -1] or [1, %d], got %s"):format(-nd, nd, tostring(d)), 2)
+    end
     if d < 0 then d = d + nd + 1 end
     m = m | (1 << (d - 1))
   end

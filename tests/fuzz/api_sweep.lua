@@ -6,11 +6,14 @@
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
+--                [--from N]
 --   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
 --   --list      print the enumerated entries (and the kinds of object, with the source that builds each) and exit
 --   --filter P  only the entries whose label (as --list prints it) matches the Lua pattern P (given more than once:
 --               any of them), every form and value of each: a whole sweep of what a change touched
+--   --from N    start at batch N (the batches before it skipped): a long sweep stopped part way resumed where it
+--               stopped, with the same --batch, --filter and --quick/--seed/--calls (its counts are the rest's)
 --   --messages  also list calls whose error message names neither the function nor the argument
 --   --gc-stress the children run Lua's collector in generational mode with the smallest minor step,
 --               so collections happen inside C functions (finds C code that keeps a pointer into a
@@ -23,7 +26,7 @@ local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
 local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
-local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, list = false,
+local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, from = 1, list = false,
               messages = false, verbose = false, child = nil, ["gc-stress"] = false, leaks = false, filter = {} }
 do
   local i = 1
@@ -31,7 +34,7 @@ do
     local a = arg[i]
     local k = a:match("^%-%-([%w_%-]+)$")
     if k == "quick" or k == "list" or k == "messages" or k == "verbose" or k == "gc-stress" or k == "leaks" then opt[k] = true
-    elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" then
+    elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" or k == "from" then
       opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
     elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
     elseif k == "filter" then
@@ -160,6 +163,14 @@ local HELPER_NAMES = { "RELEASE", "GC_DURING", "BACK" }
 
 -- Instances, one of each kind we can build: Lua source; the instance is the expression's value.
 -- Kinds reached only as results (e.g. a tensor's grad_fn) are found automatically too.
+-- (sweep 110) a module kind's forward after one of its fields was written (the fields' uses, below): called on an
+-- input of its shape, contiguous, as a channels-last view, and with a backward
+local FORWARD_USES = {
+  Conv2d = { "O(fp8.randn{2, 4, 7, 7})", "O(fp8.randn{2, 7, 7, 4}:permute{1, 4, 2, 3})",
+             "BACK(O(fp8.randn{3, 4, 5, 6}:requires_grad(true)))" },
+  Conv1d = { "O(fp8.randn{2, 4, 9})", "O(fp8.randn{2, 9, 4}:permute{1, 3, 2})",
+             "BACK(O(fp8.randn{3, 4, 5}:requires_grad(true)))" },
+}
 local SEEDS = {
   "fp8.ones{2, 3}", "fp8.ones{2, 3}:quantize('e4m3')", "fp8.zeros{0}", "fp8.tensor(1)",
   "fp8.ones({2, 3}, 'bf16')", "fp8.ones{2, 3}:requires_grad(true):mul(2)",
@@ -167,6 +178,9 @@ local SEEDS = {
   "fp8.nn.Embedding(5, 3)", "fp8.nn.Sequential(fp8.nn.Linear(3, 3), fp8.nn.ReLU())",
   "fp8.nn.Module()",
   "fp8.nn.CausalSelfAttention{n_embd = 4, n_head = 2}",
+  -- (sweep 110) the convs, whose fields (stride, padding, dilation, groups, padding_mode, weight, bias) written by
+  -- hand reach conv2d's geometry checks and oneDNN's direct convolution (core/cpu/cpu_conv.c) through a forward
+  "fp8.nn.Conv2d(4, 6, 3, {padding = 1, groups = 2})", "fp8.nn.Conv1d(4, 6, 3, {padding = 1, groups = 2})",
   "fp8.nn.TransformerBlock{n_embd = 4, n_head = 2}",
   "fp8.nn.GPT{vocab_size = 5, block_size = 4, n_layer = 1, n_head = 2, n_embd = 4}",
   "fp8.recipes.FP8Linear(3, 2, true, {backend = 'te'})", "fp8.recipes.FP8LayerNorm(3)",
@@ -458,6 +472,9 @@ local function enumerate()
     for _, u in ipairs { { "step", "" }, { "step", "1" }, { "state_dict", "" } } do
       if methods[u[1]] then uses[#uses + 1] = ("O:%s(%s)"):format(u[1], u[2]) end
     end
+    -- (sweep 110) a module's field written by hand is read by its forward (FORWARD_USES: a conv's geometry fields
+    -- reach the core through it)
+    for _, u in ipairs(FORWARD_USES[inst.name] or {}) do uses[#uses + 1] = u end
     for _, k in ipairs(sorted_keys(fields)) do
       entries[#entries + 1] = { kind = "field", inst = ii, name = k, uses = uses }
     end
@@ -928,10 +945,12 @@ local function parent()
   end
   local t0 = os.time()
   for bi, b in ipairs(batches) do
+    if bi < opt.from then goto next_batch end
     run_batch(b, tostring(bi))
     if opt.verbose or bi % 20 == 0 then
       io.stderr:write(("  batch %d/%d, %d findings, %ds\n"):format(bi, #batches, #findings, os.time() - t0))
     end
+    ::next_batch::
   end
   os.execute("rm -rf " .. sh(tmp))
   if opt.messages then

@@ -95,6 +95,18 @@ local function conv_padding(fname, padding, k, s, d)
   return { p[1], p[1], p[2], p[2] }
 end
 
+-- A module's field as its repr shows it (tostring(module)): a list by its raw elements, at most 8 (a field written by
+-- hand is shown as it is, torch's repr; a table whose __len lies made table.concat run for ever, sweep 110), an
+-- integer as %d, anything else by tostring
+local function repr_field(v)
+  if math.type(v) == "integer" then return ("%d"):format(v) end
+  if type(v) ~= "table" then return tostring(v) end
+  local n, out = rawlen(v), {}
+  for i = 1, math.min(n, 8) do out[i] = tostring(rawget(v, i)) end
+  if n > 8 then out[#out + 1] = "..." end
+  return ("(%s)"):format(table.concat(out, ", "))
+end
+
 local function conv2d(fname, x, w, b, opts)
   local xb, unb = batched(fname, x, 4)
   if not fp8.is_tensor(w) or w:dim() ~= 4 then
@@ -436,11 +448,11 @@ local function conv_class(name, dims)
       groups = self.groups })
   end
   cls.extra_repr = function(self)
-    local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
-    return ("%d, %d, kernel_size=%s, stride=%s, padding=%s%s%s%s"):format(self.in_channels, self.out_channels,
-      s(self.kernel_size), s(self.stride), s(self.padding), self.groups ~= 1 and (", groups=%d"):format(self.groups)
+    local s = repr_field
+    return ("%s, %s, kernel_size=%s, stride=%s, padding=%s%s%s%s"):format(s(self.in_channels), s(self.out_channels),
+      s(self.kernel_size), s(self.stride), s(self.padding), self.groups ~= 1 and (", groups=%s"):format(s(self.groups))
       or "", self.bias == nil and ", bias=false" or "",
-      self.padding_mode ~= "zeros" and (", padding_mode=%s"):format(self.padding_mode) or "")
+      self.padding_mode ~= "zeros" and (", padding_mode=%s"):format(s(self.padding_mode)) or "")
   end
   return cls
 end
@@ -475,7 +487,7 @@ local function pool_class(name, fn, valid, dims, is_max)
   end
   cls.forward = function(self, x) return fn(x, self.kernel_size, self:_call_opts()) end
   cls.extra_repr = function(self)
-    local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
+    local s = repr_field
     local parts = { "kernel_size=" .. s(self.kernel_size) }
     local keys = {}
     for k in pairs(self.opts) do if k ~= "kernel_size" then keys[#keys + 1] = k end end
