@@ -8,18 +8,8 @@ local L = fp8.optim.lr_scheduler
 
 local function sgd(lr) return fp8.optim.SGD(fp8.nn.Linear(1, 1):parameters(), { lr = lr or 1 }) end
 
--- A table whose __len lies and whose __index answers every key (the sweep's LYING value)
-local function lying()
-  return setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
-end
-
--- f() run with a budget of Lua instructions (a count hook, not a clock): a loop that never ends fails the case
-local function ends(f, ...)
-  debug.sethook(function() debug.sethook(); error("did not end within 5e7 instructions", 2) end, "", 50000000)
-  local r = table.pack(pcall(f, ...))
-  debug.sethook()
-  return table.unpack(r, 1, r.n)
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local ends, lying = U.ends, U.lying   -- a call under a budget of instructions; the sweep's lying table
 
 describe("a scheduler's base_lrs written as a table whose __len and __index lie", function()
   -- get_lr walked the list with ipairs, which read index after index through __index for ever (sched:step() never
@@ -175,7 +165,6 @@ describe("ReduceLROnPlateau with NaN and infinite metrics, against torch 2.15", 
 end)
 
 describe("a checkpoint's random_states file edited between save and load", function()
-  local U = dofile("tests/spec/helpers/util.lua")
   local d
   before_each(function() d = U.tmpdir() end)
   after_each(function() os.execute("rm -rf " .. U.q(d)) end)

@@ -9,16 +9,8 @@ local L = fp8.optim.lr_scheduler
 
 local function sgd(lr) return fp8.optim.SGD(fp8.nn.Linear(1, 1):parameters(), { lr = lr or 1 }) end
 
--- f() run with a budget of Lua instructions (a count hook, not a clock): a loop that never ends fails the case. Past
--- the budget the hook raises every 1000 instructions, so a loop inside a pcall of the library's (state_dict's probe
--- of the schedule) ends too
-local function ends(f, ...)
-  local function over() error("did not end within 5e7 instructions", 2) end
-  debug.sethook(function() debug.sethook(over, "", 1000); over() end, "", 50000000)
-  local r = table.pack(pcall(f, ...))
-  debug.sethook()
-  return table.unpack(r, 1, r.n)
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local ends, lying = U.ends, U.lying   -- a call under a budget of instructions; the sweep's lying table
 
 describe("renorm of a bf16 or fp16 tensor", function()
   -- The norms were taken in the tensor's dtype: an fp16 slice whose norm passes 65504 was renormed to zeros, a bf16

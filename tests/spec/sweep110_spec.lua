@@ -5,21 +5,11 @@
 -- compared with a float64 reference. docs/robustness.md, "The hostile sweep over stop 98's additions (stop 98)".
 local F = fp8.nn.functional
 
--- f() run with a budget of Lua instructions (a count hook, not a clock): a loop that never ends fails the case
-local function ends(f, ...)
-  local function over() error("did not end within 5e7 instructions", 2) end
-  debug.sethook(function() debug.sethook(over, "", 1000); over() end, "", 50000000)
-  local r = table.pack(pcall(f, ...))
-  debug.sethook()
-  return table.unpack(r, 1, r.n)
-end
-
-local function lying()
-  return setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
-end
+local U = dofile("tests/spec/helpers/util.lua")
+local ends, lying = U.ends, U.lying   -- a call under a budget of instructions; the sweep's lying table
 
 local BIN = arg and arg[-1] or "build/fp8lab"
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local q = U.q
 local function slurp(p)
   local f = io.open(p, "rb")
   local s = f and f:read("a") or ""

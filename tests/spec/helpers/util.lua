@@ -186,4 +186,75 @@ function U.close_lr_rows(want, got, what)
   end
 end
 
+-- A table whose __len lies (2^62) and whose __index answers every key (the API sweep's LYING value).
+function U.lying()
+  return setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+end
+
+-- f(...) under pcall with a budget of Lua instructions (a count hook, not a clock): pcall's results, or false and
+-- "did not end within 5e7 instructions" for a loop that never ends. Past the budget the hook raises every 1000
+-- instructions, so a loop inside a pcall of the library's ends too.
+function U.ends(f, ...)
+  local function over() error("did not end within 5e7 instructions", 2) end
+  debug.sethook(function() debug.sethook(over, "", 1000); over() end, "", 50000000)
+  local r = table.pack(pcall(f, ...))
+  debug.sethook()
+  return table.unpack(r, 1, r.n)
+end
+
+-- conv2d by its definition in Lua's doubles: x [N, C, H, W], w [OC, C/g, kh, kw] (tensors), b a bias tensor or nil,
+-- stride s and dilation d ({h, w}), pads {top, bottom, left, right}, g groups. Returns the result's flat list, per
+-- element Σ|x·w| over its products (the bias's |b| included), and the result's shape.
+function U.ref_conv2d(x, w, b, s, d, pads, g)
+  local function flat(t) return t:float():contiguous():view(-1):tolist() end
+  local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
+  local OC, cg, kh, kw = w:size(1), w:size(2), w:size(3), w:size(4)
+  local xv, wv, bv = flat(x), flat(w), b and flat(b) or nil
+  local oh = (H + pads[1] + pads[2] - d[1] * (kh - 1) - 1) // s[1] + 1
+  local ow = (W + pads[3] + pads[4] - d[2] * (kw - 1) - 1) // s[2] + 1
+  local y, mag = {}, {}
+  local ocg = OC // g
+  for n = 0, N - 1 do
+    for o = 0, OC - 1 do
+      local grp = o // ocg
+      for i = 0, oh - 1 do
+        for j = 0, ow - 1 do
+          local acc, m = 0.0, 0.0
+          for c = 0, cg - 1 do
+            local ci = grp * cg + c
+            for p = 0, kh - 1 do
+              local hi = i * s[1] - pads[1] + p * d[1]
+              if hi >= 0 and hi < H then
+                for q = 0, kw - 1 do
+                  local wi = j * s[2] - pads[3] + q * d[2]
+                  if wi >= 0 and wi < W then
+                    local t = xv[((n * C + ci) * H + hi) * W + wi + 1] * wv[((o * cg + c) * kh + p) * kw + q + 1]
+                    acc, m = acc + t, m + math.abs(t)
+                  end
+                end
+              end
+            end
+          end
+          if bv then acc = acc + bv[o + 1]; m = m + math.abs(bv[o + 1]) end
+          y[#y + 1], mag[#mag + 1] = acc, m
+        end
+      end
+    end
+  end
+  return y, mag, { N, OC, oh, ow }
+end
+
+-- A conv's result (a tensor) against U.ref_conv2d's list want, within the fp32 sum's error bound
+-- (K + 1)·2^-24·Σ|x·w| per element (mag), K the products an output sums.
+function U.conv_close(what, got, want, mag, K)
+  local g = got:float():contiguous():view(-1):tolist()
+  assert.are.equal(#want, #g, what .. ": sizes")
+  for i = 1, #want do
+    local bound = (K + 1) * 2 ^ -24 * mag[i] + 1e-30
+    if not (math.abs(g[i] - want[i]) <= bound) then
+      error(("%s: element %d is %.9g, the double reference's %.9g (bound %.3g)"):format(what, i, g[i], want[i], bound), 2)
+    end
+  end
+end
+
 return U
