@@ -7,21 +7,7 @@ local F = fp8.nn.functional
 
 local NAN, INF = 0 / 0, math.huge
 
--- got equals want: both NaN, the same value (a zero's sign included where want is a zero), or within rel of it
-local function near(want, got, rel, where)
-  if type(want) == "table" then
-    assert.are.equal(#want, #got, where)
-    for i = 1, #want do near(want[i], got[i], rel, where .. "[" .. i .. "]") end
-    return
-  end
-  if want ~= want then assert.is_true(got ~= got, ("%s: %s, want NaN"):format(where, got)); return end
-  if want == 0 then
-    assert.is_true(got == 0 and (1 / got) == (1 / want), ("%s: %s, want %s"):format(where, got, 1 / want < 0 and "-0" or "0"))
-    return
-  end
-  if want == INF or want == -INF then assert.are.equal(want, got, where); return end
-  assert.is_true(math.abs(got - want) <= rel * math.abs(want), ("%s: %.9g, want %.9g"):format(where, got, want))
-end
+local near = U.near   -- got equals torch's want (NaN, infinities, signed zeros, within rel)
 
 -- torch 2.15's F.normalize(x, p=p, dim=1) and the gradient of Σ y·W (scripts/gen_gaps15b.py:
 -- /opt/torch2/bin/python scripts/gen_gaps15b.py): a row with a zero, a zero row, a NaN row, a row without zeros and

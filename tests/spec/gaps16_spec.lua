@@ -7,23 +7,9 @@ local U = dofile("tests/spec/helpers/util.lua")
 
 local NAN, INF = 0 / 0, math.huge
 
--- got equals want: both NaN, the same value (a zero's sign included where want is a zero, but for a gradient's: a
--- zero gradient's sign is where's, +0, where torch's formula multiplies by 0), or within rel of it
-local function near(want, got, rel, where)
-  if type(want) == "table" then
-    assert.are.equal(#want, #got, where)
-    for i = 1, #want do near(want[i], got[i], rel, where .. "[" .. i .. "]") end
-    return
-  end
-  if want ~= want then assert.is_true(got ~= got, ("%s: %s, want NaN"):format(where, got)); return end
-  if want == 0 then
-    local sign_ok = (1 / got) == (1 / want) or where:find("^grad") ~= nil
-    assert.is_true(got == 0 and sign_ok, ("%s: %s, want %s"):format(where, got, 1 / want < 0 and "-0" or "0"))
-    return
-  end
-  if want == INF or want == -INF then assert.are.equal(want, got, where); return end
-  assert.is_true(math.abs(got - want) <= rel * math.abs(want), ("%s: %.9g, want %.9g"):format(where, got, want))
-end
+-- got equals torch's want (U.near), a zero gradient's sign unchecked (where's +0 where torch's formula multiplies
+-- by 0: -0)
+local function near(want, got, rel, where) U.near(want, got, rel, where, where:find("^grad") ~= nil) end
 
 -- torch 2.15's x.norm(p, 1) (fp8lab's dim 2) and the gradient of Σ r·W (scripts/gen_gaps16.py:
 -- /opt/torch2/bin/python scripts/gen_gaps16.py; torch 2.15.0): rows with a zero, ties for the smallest and largest

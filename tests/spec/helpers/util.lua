@@ -257,4 +257,23 @@ function U.conv_close(what, got, want, mag, K)
   end
 end
 
+-- got (a number or nested lists) equals torch's want: both NaN, the same infinity, the same zero (its sign included,
+-- unless unsigned_zero: a zero gradient's sign differs where torch's formula multiplies by 0 and fp8lab selects +0),
+-- or within rel of want (relative). where names the value in the message ("grad[2][1]").
+function U.near(want, got, rel, where, unsigned_zero)
+  if type(want) == "table" then
+    assert.are.equal(#want, #got, where)
+    for i = 1, #want do U.near(want[i], got[i], rel, where .. "[" .. i .. "]", unsigned_zero) end
+    return
+  end
+  if want ~= want then assert.is_true(got ~= got, ("%s: %s, want NaN"):format(where, got)); return end
+  if want == 0 then
+    local sign_ok = unsigned_zero or (1 / got) == (1 / want)
+    assert.is_true(got == 0 and sign_ok, ("%s: %s, want %s"):format(where, got, 1 / want < 0 and "-0" or "0"))
+    return
+  end
+  if want == math.huge or want == -math.huge then assert.are.equal(want, got, where); return end
+  assert.is_true(math.abs(got - want) <= rel * math.abs(want), ("%s: %.9g, want %.9g"):format(where, got, want))
+end
+
 return U
