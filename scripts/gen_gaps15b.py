@@ -6,19 +6,9 @@ Run: /opt/torch2/bin/python scripts/gen_gaps15b.py"""
 import math
 import torch
 
+from lua_literal import lua   # scripts/lua_literal.py
+
 F = torch.nn.functional
-
-
-def lua(v):
-    if isinstance(v, list):
-        return "{ " + ", ".join(lua(e) for e in v) + " }"
-    if math.isnan(v):
-        return "NAN"
-    if math.isinf(v):
-        return "INF" if v > 0 else "-INF"
-    if v == 0:
-        return "-0.0" if math.copysign(1, v) < 0 else "0"
-    return repr(v)
 
 
 # F.normalize along dim=1 (fp8lab's dim 2): a row with a zero, a zero row, a NaN row, a row without zeros and a

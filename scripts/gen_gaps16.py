@@ -7,21 +7,7 @@ Run: /opt/torch2/bin/python scripts/gen_gaps16.py"""
 import math
 import torch
 
-
-def lua(v):
-    if v is None:
-        return "nil"
-    if isinstance(v, torch.Tensor):
-        return lua(v.tolist())
-    if isinstance(v, list):
-        return "{ " + ", ".join(lua(e) for e in v) + " }"
-    if math.isnan(v):
-        return "NAN"
-    if math.isinf(v):
-        return "INF" if v > 0 else "-INF"
-    if v == 0:
-        return "-0.0" if math.copysign(1, v) < 0 else "0"
-    return repr(v)
+from lua_literal import lua   # scripts/lua_literal.py
 
 
 print("-- torch", torch.__version__)
