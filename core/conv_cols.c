@@ -21,7 +21,6 @@
 #include "window.h"
 #include "profiler.h"
 #include "device.h"
-#include "cpu/cpu_conv.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,11 +142,12 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
                            g->pl == 0 && g->pr == 0;
     if (st == FL_OK && numel > 0 && CKL > 0 && dt == FL_F32 && !plain_1x1) {
         const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
-        fl_tensor *wc = NULL;
-        st = fl_tensor_contiguous(&wc, a);
-        if (st == FL_OK)
-            st = fl_cpu_conv2d_f32(fl_tensor_data(y), fl_tensor_data(xc), fl_tensor_data(wc), N, C, H, W, OC, groups,
-                                   geo, oh, ow, &direct);
+        const fl_device *cpu = fl_cpu_device();
+        fl_tensor *wc = NULL, *w4 = NULL;   /* the weight operand (fp32) back in w's shape, [OC, C/groups, kh, kw] */
+        if (cpu->conv2d_direct) st = fl_tensor_contiguous(&wc, a);
+        if (st == FL_OK && wc) st = fl_tensor_reshape(&w4, wc, 4, w->shape);
+        if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, groups, geo, &direct);
+        fl_tensor_release(w4);
         fl_tensor_release(wc);
         if (st == FL_OK && direct && bc) {   /* the bias added as below: one fp32 addition */
             const float *bv = fl_tensor_data(bc);

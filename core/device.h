@@ -58,6 +58,12 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * x / 2^k, sign(x)·|x/2^k|^(p-1) / N^(p-1) (N the norm of x / 2^k), in float64. */                            \
     X(norm_rescue_bwd, (fl_tensor *gr, fl_tensor *gx, const fl_tensor *g, const fl_tensor *scale,                 \
                         const fl_tensor *x, uint32_t mask, double p))                                              \
+    /* conv2d's forward without columns (core/conv_cols.c): y [N, OC, oh, ow] = x [N, C, H, W] convolved with       \
+     * w [OC, C/groups, kh, kw], all fp32 and contiguous, no bias; geo = { kh, kw, sh, sw, dh, dw, pt, pb, pl, pr }.  \
+     * Its own order of each output's sum. *ran false and nothing written where the device declines the geometry:   \
+     * the caller makes columns. NULL entry: the columns always (the CPU's: oneDNN, core/cpu/cpu_conv.c). */        \
+    X(conv2d_direct, (fl_tensor *y, const fl_tensor *x, const fl_tensor *w, int64_t groups, const int64_t *geo,     \
+                      bool *ran))                                                                                  \
     /* dst[b] = a[b] x b[b] for 3-D inputs [B,M,K] x [B,K,N] (B may be 1; a or b may have batch                    \
      * stride 0 for broadcast). Each operand's batch entries are row-major (stride[2] == 1) or                     \
      * column-major, i.e. a transposed matrix (stride[1] == 1, stride[2] == rows); batch stride rows*cols          \

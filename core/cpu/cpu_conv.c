@@ -257,3 +257,15 @@ fl_status fl_cpu_conv2d_f32_route(bool *direct, bool *in_place, int64_t N, int64
     fl_cpu_dnnl_release();
     return st;
 }
+
+/* The device entry (device.h, conv2d_direct): the shapes read from the tensors, which conv_cols.c made contiguous
+ * fp32 on the CPU */
+fl_status fl_cpu_dev_conv2d_direct(fl_tensor *y, const fl_tensor *x, const fl_tensor *w, int64_t groups,
+                                   const int64_t *geo, bool *ran) {
+    *ran = false;
+    if (x->dtype != FL_F32 || w->dtype != FL_F32 || y->dtype != FL_F32 || x->ndim != 4 || w->ndim != 4 ||
+        y->ndim != 4 || !fl_tensor_is_contiguous(x) || !fl_tensor_is_contiguous(w) || !fl_tensor_is_contiguous(y))
+        return FL_OK;   /* not a geometry of this route: the columns */
+    return fl_cpu_conv2d_f32(fl_tensor_data(y), fl_tensor_data(x), fl_tensor_data(w), x->shape[0], x->shape[1],
+                             x->shape[2], x->shape[3], y->shape[1], groups, geo, y->shape[2], y->shape[3], ran);
+}

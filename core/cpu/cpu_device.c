@@ -309,6 +309,7 @@ static const fl_device fl_cpu = {
     .logsumexp = fl_cpu_dev_logsumexp,
     .norm_rescue = fl_cpu_dev_norm_rescue,
     .norm_rescue_bwd = fl_cpu_dev_norm_rescue_bwd,
+    .conv2d_direct = fl_cpu_dev_conv2d_direct,
     .unary = fl_cpu_dev_unary,
     .reduce = fl_cpu_dev_reduce,
     .matmul = fl_cpu_dev_matmul,
