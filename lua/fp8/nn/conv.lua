@@ -19,6 +19,7 @@ local init = require "fp8.nn.init_fns"
 
 local G = require "fp8.nn.conv_geometry"
 local pair, one_d, batched, opts_of = G.pair, G.one_d, G.batched, G.opts_of
+local repr_field, repr_is = G.repr_field, G.repr_is
 local NN = fp8._nn
 
 local M = {}
@@ -93,18 +94,6 @@ local function conv_padding(fname, padding, k, s, d)
   end
   local p = pair(fname, "padding", padding, 0)
   return { p[1], p[1], p[2], p[2] }
-end
-
--- A module's field as its repr shows it (tostring(module)): a list by its raw elements, at most 8 (a field written by
--- hand is shown as it is, torch's repr; a table whose __len lies made table.concat run for ever, sweep 110), an
--- integer as %d, anything else by tostring
-local function repr_field(v)
-  if math.type(v) == "integer" then return ("%d"):format(v) end
-  if type(v) ~= "table" then return tostring(v) end
-  local n, out = rawlen(v), {}
-  for i = 1, math.min(n, 8) do out[i] = tostring(rawget(v, i)) end
-  if n > 8 then out[#out + 1] = "..." end
-  return ("(%s)"):format(table.concat(out, ", "))
 end
 
 local function conv2d(fname, x, w, b, opts)
@@ -448,10 +437,12 @@ local function conv_class(name, dims)
       groups = self.groups })
   end
   cls.extra_repr = function(self)
+    -- (torch's order; a dilation other than 1 shown, as torch's repr shows it: until stop 99 it was left out)
     local s = repr_field
-    return ("%s, %s, kernel_size=%s, stride=%s, padding=%s%s%s%s"):format(s(self.in_channels), s(self.out_channels),
-      s(self.kernel_size), s(self.stride), s(self.padding), self.groups ~= 1 and (", groups=%s"):format(s(self.groups))
-      or "", self.bias == nil and ", bias=false" or "",
+    return ("%s, %s, kernel_size=%s, stride=%s, padding=%s%s%s%s%s"):format(s(self.in_channels),
+      s(self.out_channels), s(self.kernel_size), s(self.stride), s(self.padding),
+      repr_is(self.dilation, 1) and "" or ", dilation=" .. s(self.dilation),
+      self.groups ~= 1 and (", groups=%s"):format(s(self.groups)) or "", self.bias == nil and ", bias=false" or "",
       self.padding_mode ~= "zeros" and (", padding_mode=%s"):format(s(self.padding_mode)) or "")
   end
   return cls

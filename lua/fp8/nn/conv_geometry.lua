@@ -184,4 +184,23 @@ function G.adaptive_dim(x, d, m, is_max)
   return reduce(w * mk, ct)
 end
 
+-- A module's field as its repr shows it (tostring(module)): a list by its raw elements, at most 8 (a field written by
+-- hand is shown as it is, torch's repr; a table whose __len lies made table.concat run for ever, sweep 110), an
+-- integer as %d, anything else by tostring. The convolutions', their transposes' and the poolings' reprs.
+function G.repr_field(v)
+  if math.type(v) == "integer" then return ("%d"):format(v) end
+  if type(v) ~= "table" then return tostring(v) end
+  local n, out = rawlen(v), {}
+  for i = 1, math.min(n, 8) do out[i] = tostring(rawget(v, i)) end
+  if n > 8 then out[#out + 1] = "..." end
+  return ("(%s)"):format(table.concat(out, ", "))
+end
+
+-- Whether a size field holds its default d as a repr leaves it out: the number d, or a list of one or two d, read raw
+function G.repr_is(v, d)
+  if type(v) ~= "table" then return v == d end
+  local n = rawlen(v)
+  return (n == 1 or n == 2) and rawget(v, 1) == d and (n == 1 or rawget(v, 2) == d)
+end
+
 return G

@@ -208,15 +208,17 @@ local function transpose_class(name, dims)
     return fn(x, self.weight, self.bias, { stride = self.stride, padding = self.padding, output_padding = op,
       groups = self.groups, dilation = self.dilation })
   end
+  -- A field written by hand shown as it holds it (G.repr_field, the convolutions' repr since sweep 110): until stop 99
+  -- a list field was joined by table.concat, so a table whose __len lies ran for ever in tostring(m), and a string
+  -- in_channels or a fractional groups was string.format's raw error at this file's line. torch's order (dilation
+  -- before output_padding; it was after)
   cls.extra_repr = function(self)
-    local function s(v) return type(v) == "table" and ("(%s)"):format(table.concat(v, ", ")) or tostring(v) end
-    local function set(v) return v ~= 0 and not (type(v) == "table" and v[1] == 0 and (v[2] or 0) == 0) end
-    local function one(v) return v == 1 or (type(v) == "table" and v[1] == 1 and (v[2] or 1) == 1) end
-    return ("%d, %d, kernel_size=%s, stride=%s, padding=%s%s%s%s%s"):format(self.in_channels, self.out_channels,
-      s(self.kernel_size), s(self.stride), s(self.padding),
-      set(self.output_padding) and ", output_padding=" .. s(self.output_padding) or "",
-      one(self.dilation) and "" or ", dilation=" .. s(self.dilation),
-      self.groups ~= 1 and (", groups=%d"):format(self.groups) or "", self.bias == nil and ", bias=false" or "")
+    local s, is = G.repr_field, G.repr_is
+    return ("%s, %s, kernel_size=%s, stride=%s, padding=%s%s%s%s%s"):format(s(self.in_channels),
+      s(self.out_channels), s(self.kernel_size), s(self.stride), s(self.padding),
+      is(self.dilation, 1) and "" or ", dilation=" .. s(self.dilation),
+      is(self.output_padding, 0) and "" or ", output_padding=" .. s(self.output_padding),
+      self.groups ~= 1 and (", groups=%s"):format(s(self.groups)) or "", self.bias == nil and ", bias=false" or "")
   end
   return cls
 end
