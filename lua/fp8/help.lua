@@ -100,8 +100,8 @@ add_all {
        .. ":var_mean(...) / :dist(y [, p=2]) / :renorm(p, dim, maxnorm)",
     doc = "torch's: sums and means of the elements that are not NaN; the std (var) and the mean as two results;\n"
        .. "the p-norm of x - y (any p but NaN, as x:norm's); each slice along dim with a p-norm over maxnorm\n"
-       .. "scaled to it (maxnorm / (norm + 1e-7), differentiable through the norm as torch's). Function forms\n"
-       .. "fp8.nansum, ..." },
+       .. "scaled to it (maxnorm / (norm + 1e-7), differentiable through the norm as torch's; x of 2 or more\n"
+       .. "dims, as torch's). Function forms fp8.nansum, ..." },
   { section = "Tensors", name = "Tensor:rot90",
     sig = "x:rot90([k=1 [, dims={1, 2}]]) / :fliplr() / :flipud() / :atleast_1d() / :atleast_2d() / :atleast_3d() / "
        .. ":broadcast_to(shape) / :diff([n [, dim [, {prepend=, append=}]]]) / :take(index) / "

@@ -357,7 +357,8 @@ Tensor.dist = at_caller(function(t, y, p, ...)
 end)
 
 -- renorm(p, dim, maxnorm): each slice along dim (the tensor at one index of dim) whose p-norm passes maxnorm
--- scaled to maxnorm / (norm + 1e-7) of itself, torch's; differentiable through the norm, as torch's
+-- scaled to maxnorm / (norm + 1e-7) of itself, torch's; differentiable through the norm, as torch's; x of 2 or more
+-- dims, as torch's
 Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
   no_more("renorm", "(p, dim, maxnorm)", ...)
   self_of("renorm", t)
@@ -365,13 +366,16 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
   if type(maxnorm) ~= "number" or not (maxnorm >= 0) then
     error(("renorm: maxnorm must be a number >= 0, got %s"):format(got(maxnorm)), 2)
   end
-  if t:dim() < 1 then error("renorm: the tensor needs at least one dim", 2) end
+  -- (torch 2.15's renorm refuses fewer than 2 dims; until stop 99 a 1-d x was taken, each element its own slice, a
+  -- clamp of |x| to maxnorm where torch raises)
+  if t:dim() < 2 then
+    error(("renorm: input needs at least 2 dims (torch's too), got %d-d %s"):format(t:dim(), t:shape_str()), 2)
+  end
   local d = T._norm_dim("renorm", dim, t:dim(), 2)
   local others = {}
   for i = 1, t:dim() do if i ~= d then others[#others + 1] = i end end
   local function norm_of(x)
     local a = x:abs()
-    if #others == 0 then return a end
     if p == math.huge then
       for _, i in ipairs(others) do a = a:amax(i, true) end
       return a

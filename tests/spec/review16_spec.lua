@@ -50,3 +50,18 @@ describe("a convolution's repr", function()
       tostring(nn.ConvTranspose1d(2, 4, 3, { dilation = 2 })))
   end)
 end)
+
+describe("renorm of fewer than 2 dims", function()
+  -- torch 2.15 refuses it ('renorm: input needs at least 2 dimensions, got 1 dimensions'); a 1-d x was taken here,
+  -- each element its own slice (|x| clamped to maxnorm, {3, 4} gave {1, 1})
+  it("is refused by name, as torch's; 2-d stays", function()
+    U.fails_with("renorm: input needs at least 2 dims (torch's too), got 1-d [2]", function()
+      return fp8.tensor({ 3, 4 }):renorm(2, 1, 1)
+    end)
+    U.fails_with("renorm: input needs at least 2 dims (torch's too), got 0-d []", function()
+      return fp8.renorm(fp8.tensor(3), 2, 1, 1)
+    end)
+    local r = fp8.tensor({ { 3, 4 } }):renorm(2, 1, 1):totable()[1]
+    assert.is_true(math.abs(r[1] - 0.6) < 1e-6 and math.abs(r[2] - 0.8) < 1e-6)
+  end)
+end)
