@@ -69,13 +69,15 @@ fl_status fl_norm_rescue(fl_tensor **out, const fl_tensor *r, const fl_tensor *s
                          double p) {
     *out = NULL;
     FL_PROF_SCOPE("norm_rescue"); FL_PROF_SHAPES(x);
-    char sa[200], sb[200];
+    char sa[200], sb[200], sx[200];   /* one buffer per shape a message shows (sa twice showed one shape for r and x) */
     if (r->dtype != FL_F32 || s->dtype != FL_F32 || x->dtype != FL_F32)
         return FL_ERR(FL_EINVAL, "norm_rescue: expected fp32 norms, sums and input, got %s, %s and %s",
                       fl_format(r->dtype)->name, fl_format(s->dtype)->name, fl_format(x->dtype)->name);
     if (r->device != x->device || s->device != x->device)
         return FL_ERR(FL_EINVAL, "norm_rescue: the norms, sums and input must be on one device");
-    if (!(p > 0 && p < INFINITY)) return FL_ERR(FL_EINVAL, "norm_rescue: p must be a finite number > 0, got %g", p);
+    if (!(p > 0 && p < INFINITY))   /* (NaN by name: %g printed 0/0 as -nan) */
+        return p != p ? FL_ERR(FL_EINVAL, "norm_rescue: p must be a finite number > 0, got NaN")
+                      : FL_ERR(FL_EINVAL, "norm_rescue: p must be a finite number > 0, got %g", p);
     if (x->ndim < 32 && (mask >> x->ndim) != 0)
         return FL_ERR(FL_EINVAL, "norm_rescue: the reduced dims (mask 0x%x) are not all dims of tensor %s", mask,
                       SHAPE(sa, x));
@@ -83,7 +85,7 @@ fl_status fl_norm_rescue(fl_tensor **out, const fl_tensor *r, const fl_tensor *s
     for (int d = 0; d < x->ndim; d++) if (!((mask >> d) & 1u)) slices *= x->shape[d];
     if (fl_tensor_numel(r) != slices || fl_tensor_numel(s) != slices)
         return FL_ERR(FL_EINVAL, "norm_rescue: norms %s and sums %s must hold one value per slice of tensor %s (%lld)",
-                      SHAPE(sa, r), SHAPE(sb, s), SHAPE(sa, x), (long long)slices);
+                      SHAPE(sa, r), SHAPE(sb, s), SHAPE(sx, x), (long long)slices);
     const fl_device *dev;
     if (!(dev = fl_device_get(x->device)))
         return FL_ERR(FL_EINVAL, "norm_rescue: device %d is not available", x->device);

@@ -870,7 +870,9 @@ static int m_norm_rescue(lua_State *L) {
     fl_lmaxargs(L, 5, "_norm_rescue", "(s, x, mask, p)");
     lua_Integer mask = luaL_checkinteger(L, 4);
     double p = luaL_checknumber(L, 5);
-    luaL_argcheck(L, mask >= 0 && mask < (1 << FL_MAX_DIMS), 4, "a mask of reduced dims");
+    if (mask < 0 || mask >= (1 << FL_MAX_DIMS))   /* (the value named: it said 'a mask of reduced dims' alone) */
+        luaL_argerror(L, 4, lua_pushfstring(L, "expected a mask of reduced dims in [0, %d], got %I",
+                                            (1 << FL_MAX_DIMS) - 1, mask));
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_norm_rescue(slot, r, s, x, (uint32_t)mask, p));
     return 1;

@@ -65,3 +65,24 @@ describe("renorm of fewer than 2 dims", function()
     assert.is_true(math.abs(r[1] - 0.6) < 1e-6 and math.abs(r[2] - 0.8) < 1e-6)
   end)
 end)
+
+describe("the norms' rescue's refusals", function()
+  -- core/norm_rescue.c formatted r's and x's shapes into one buffer, so 'norms [5] and sums [7] must hold one value
+  -- per slice of tensor [5]' named the norms' shape for x's [2, 3]; a mask out of range was 'bad argument (a mask of
+  -- reduced dims)' without its value, a NaN p '-nan'
+  local x = fp8.ones { 2, 3 }
+  it("name each operand's shape and the value refused", function()
+    U.fails_with("norm_rescue: norms [5] and sums [7] must hold one value per slice of tensor [2, 3] (3)", function()
+      return fp8.ones({ 5 }):_norm_rescue(fp8.ones { 7 }, x, 1, 2)
+    end)
+    U.fails_with("expected a mask of reduced dims in [0, 255], got 1024", function()
+      return fp8.ones({ 3 }):_norm_rescue(fp8.ones { 3 }, x, 1024, 2)
+    end)
+    U.fails_with("norm_rescue: p must be a finite number > 0, got NaN", function()
+      return fp8.ones({ 3 }):_norm_rescue(fp8.ones { 3 }, x, 1, 0 / 0)
+    end)
+    U.fails_with("norm_rescue: p must be a finite number > 0, got -2", function()
+      return fp8.ones({ 3 }):_norm_rescue(fp8.ones { 3 }, x, 1, -2)
+    end)
+  end)
+end)
