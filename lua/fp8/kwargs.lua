@@ -61,7 +61,9 @@ local function repr(v, depth)
   end
   return "{" .. table.concat(parts, ", ") .. "}"
 end
-M.repr = repr
+-- (public with one parameter: depth is the recursion's own, and repr(v, "x") was an arithmetic error, repr(t, 5)
+-- "{...}"; until stop 99)
+M.repr = function(v) return repr(v) end
 
 -- What came, for "expected X, got Y" when the type is wrong: the type, and the value if short.
 local function got(v)
@@ -1106,4 +1108,6 @@ if okh and type(help) == "table" and help.add then
   if help.class then help.class { class = methods, prefix = "KwargsHandler", entry = "KwargsHandler:to_kwargs" } end
 end
 
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+O.strict_functions(M, "kwargs")
 return M

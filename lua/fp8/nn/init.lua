@@ -476,4 +476,6 @@ add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / le
   .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=, scale=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
   .. "heads split and merged inside the op (what CausalSelfAttention uses).")
 
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(nn, "nn")
 return nn
