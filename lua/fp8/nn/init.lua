@@ -69,11 +69,17 @@ for name, cls in pairs(require "fp8.nn.embedding_bag") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
--- Parameter(t): marks a tensor as a trainable leaf (requires_grad) and returns it.
-function nn.Parameter(t)
+-- Parameter(t [, requires_grad=true]): marks a tensor as a trainable leaf (requires_grad) and returns it; torch's
+-- nn.Parameter(data, requires_grad=True), whose False makes a parameter that trains nothing (a frozen weight). The
+-- flag was dropped until stop 99: Parameter(t, false) required grad.
+function nn.Parameter(t, requires_grad)
   if not fp8.is_tensor(t) then error(("Parameter: expected a tensor, got %s"):format(type(t)), 2) end
   if t:is_released() then error("Parameter: the tensor has been released (freed or closed)", 2) end
-  if not t:requires_grad() then t:requires_grad(true) end
+  if requires_grad ~= nil and type(requires_grad) ~= "boolean" then
+    error(("Parameter: requires_grad must be a boolean, got %s"):format(require("fp8.opts").got(requires_grad)), 2)
+  end
+  requires_grad = requires_grad ~= false
+  if t:requires_grad() ~= requires_grad then t:requires_grad(requires_grad) end
   return t
 end
 
@@ -117,7 +123,8 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
   .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype);\n"
   .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).\n"
-  .. "fp8.nn.Parameter(t) marks a tensor as a trainable leaf (requires grad) and returns it.\n"
+  .. "fp8.nn.Parameter(t [, requires_grad=true]) marks a tensor as a trainable leaf (requires grad; false: frozen)\n"
+  .. "and returns it.\n"
   .. "fp8.nn.isinstance(m, cls | {cls, ...}): Python's isinstance for modules (subclasses count), as in\n"
   .. "model:apply(function(m) if fp8.nn.isinstance(m, fp8.nn.Linear) then\n"
   .. "  fp8.nn.init.normal_(m.weight, 0, 0.02) end end).")
