@@ -423,9 +423,10 @@ add_all {
   { section = "Training", name = "data.clock", sig = "fp8.data.clock() / fp8.data.isatty(fd) / fp8.data.is_loader(v)",
     doc = "Monotonic wall seconds (time a run with it), whether a descriptor is a terminal, and whether v is a\n"
        .. "DataLoader or a prepared loader shard." },
-  { section = "Accelerator & recipes", name = "kwargs.describe", sig = "fp8.kwargs.describe(settings) / repr(v) / nearest(key, names) / is_handler(v)",
-    doc = "The resolved settings as the Accelerator prints them, a value as Lua source, the nearest of a set of\n"
-       .. "names (for messages), and whether v is a kwargs handler." },
+  { section = "Accelerator & recipes", name = "kwargs.describe",
+    sig = "fp8.kwargs.describe(settings [, extra]) / repr(v) / nearest(key, names) / is_handler(v)",
+    doc = "The resolved settings as the Accelerator prints them (extra: rows {name, text} shown after them), a value\n"
+       .. "as Lua source, the nearest of a set of names (for messages), and whether v is a kwargs handler." },
 }
 
 -- Classes whose objects help() answers for (objects made by a function, whose class no module publishes: a

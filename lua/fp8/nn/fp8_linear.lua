@@ -109,7 +109,12 @@ function FP8Linear._made_for_model(...)
   return n
 end
 function FP8Linear.as_recipe(r, level)
-  level = math.type(level) == "integer" and level >= 1 and level or 1
+  -- the level an error blames, as error()'s (1: as_recipe's caller); anything else was taken as 1 until stop 99
+  if level ~= nil and not (math.type(level) == "integer" and level >= 1) then
+    error(("as_recipe: level must be an integer >= 1 (the caller an error blames, as error()'s), got %s")
+      :format(require("fp8.opts").got(level)), 2)
+  end
+  level = level or 1
   return (FP8Linear._as_recipe(r, level + 1, "as_recipe"))   -- not a tail call: level counts this frame
 end
 

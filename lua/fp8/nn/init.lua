@@ -284,13 +284,14 @@ add("nn.FP8Linear:forward_gelu", "layer:forward_gelu(x [, residual]) / layer:for
   .. "the two ops in turn, with the input's FP8 cast made in GELU's or LayerNorm's pass (or the residual added as the\n"
   .. "GEMM stores its result) where the core can. Each returns nil when the layer would not run in FP8 now (outside\n"
   .. "FP8 autocast; forward_layernorm also when x, ln and the layer do not fit together): the caller runs the two.")
-add("nn.FP8Linear:fp8_update", "layer:fp8_update() / fp8.nn.FP8Linear.as_recipe(r) -> recipe table",
+add("nn.FP8Linear:fp8_update", "layer:fp8_update() / fp8.nn.FP8Linear.as_recipe(r [, level]) -> recipe table",
   "fp8_update(): the delayed-scaling update of the layer's three roles after an optimizer step (layer.fp8_meta:update();\n"
   .. "a no-op for current scaling; a prepared optimizer does it, and without one the next training forward that finds\n"
-  .. "the weight written since the last makes it first, once per step). as_recipe(r): the recipe table a layer is built\n"
-  .. "from, for a recipe kwargs handler (TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs,\n"
-  .. "resolved as the Accelerator resolves it) or a recipe table {backend=\"te\"|\"ao\"|\"msamp\", ...} (checked: a\n"
-  .. "field its backend lacks is refused); anything else raises.")
+  .. "the weight written since the last makes it first, once per step). as_recipe(r [, level]): the recipe table a\n"
+  .. "layer is built from, for a recipe kwargs handler (TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs,\n"
+  .. "FP8RecipeKwargs, resolved as the Accelerator resolves it) or a recipe table\n"
+  .. "{backend=\"te\"|\"ao\"|\"msamp\", ...} (checked: a field its backend lacks is refused); anything else raises,\n"
+  .. "blaming the caller `level` up (error()'s level, an integer >= 1; 1 by default).")
 help.ALIASES["nn.FP8Linear:forward_residual"] = "nn.FP8Linear:forward_gelu"
 help.ALIASES["nn.FP8Linear:forward_layernorm"] = "nn.FP8Linear:forward_gelu"
 help.ALIASES["nn.FP8Linear.as_recipe"] = "nn.FP8Linear:fp8_update"
