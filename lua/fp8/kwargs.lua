@@ -647,7 +647,9 @@ local function load_config(opts, env_raw)
     return cfg
   end
   if type(mod.load_default) ~= "function" then return nil end
-  return mod.load_default(path)
+  -- (a module without load gets the path; fp8.config's load_default takes no argument, so a nil is not passed on)
+  if path ~= nil then return mod.load_default(path) end
+  return mod.load_default()
 end
 
 local function read_config(cfg, notices)
