@@ -239,8 +239,15 @@ local function default_of(f, values)
   return copy(f.default)
 end
 
+-- the name an arity refusal gives a handler's method: "TERecipeKwargs:to_kwargs"
+local function method_name(self, m)
+  local mt = getmetatable(self)
+  return (type(mt) == "table" and rawget(mt, "__name") or "KwargsHandler") .. ":" .. m
+end
+
 -- h:to_kwargs() -> { field = value } for the fields whose value differs from the default.
-function methods:to_kwargs()
+function methods:to_kwargs(...)
+  O.no_more(method_name(self, "to_kwargs"), "no arguments", ...)
   local d, cls = DATA[self], CLASS_OF_MT[getmetatable(self)]
   local out = {}
   for _, f in ipairs(cls.field_list) do
@@ -251,7 +258,8 @@ function methods:to_kwargs()
 end
 
 -- h:to_table() -> every field with its effective value (defaults included), a fresh table.
-function methods:to_table()
+function methods:to_table(...)
+  O.no_more(method_name(self, "to_table"), "no arguments", ...)
   local d, cls = DATA[self], CLASS_OF_MT[getmetatable(self)]
   local out = {}
   for _, f in ipairs(cls.field_list) do out[f.name] = copy(d.values[f.name]) end
@@ -259,7 +267,8 @@ function methods:to_table()
 end
 
 -- h:is_set(name) -> true when the user passed this key (or its alias) to the constructor.
-function methods:is_set(name)
+function methods:is_set(name, ...)
+  O.no_more(method_name(self, "is_set"), "(name)", ...)
   local cls = CLASS_OF_MT[getmetatable(self)]
   name = cls.aliases[name] or name
   return DATA[self].given[name] == true
