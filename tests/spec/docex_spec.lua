@@ -1,8 +1,9 @@
 -- Found on 2026-12-07 (stop 99): every example of the docs and help() run as written, and what the text says it shows
 -- compared with what it does. docs_coverage_spec runs the pages' ```lua blocks (that they run) and names; this spec
 -- checks the results they show: the prompt transcripts (their printed lines and the values their comments claim), the
--- `call` → value claims of the prose, the config file errors docs/config.md lists, and help()'s signatures against
--- the Lua functions' parameters (with the refusal of an argument past them that docs/lua-api.md promises).
+-- `call` → value claims of the prose, the config file errors docs/config.md lists, help()'s signatures against the
+-- Lua functions' parameters and the C bindings' own counts, and the refusal of an argument past its parameters that
+-- docs/lua-api.md promises for every function and method (Lua functions, C functions, the classes' Lua methods).
 -- docs/robustness.md, "The docs' examples run as written (stop 99)".
 local U = dofile("tests/spec/helpers/util.lua")
 local q = U.q
