@@ -172,6 +172,7 @@ static const char *home_dir(void) {
 
 /* default_path() -> $XDG_CACHE_HOME (if absolute) or ~/.cache, + /fp8lab/default_config.yaml */
 static int l_default_path(lua_State *L) {
+    fl_lmaxargs(L, 0, "config.default_path", "no arguments");
     const char *x = getenv("XDG_CACHE_HOME");
     if (x && x[0] == '/') {
         lua_pushfstring(L, "%s/fp8lab/default_config.yaml", x);
@@ -186,6 +187,7 @@ static int l_default_path(lua_State *L) {
 
 /* load_default() -> settings of $FP8LAB_CONFIG_FILE, else of the default path if it exists, else nil. */
 static int l_load_default(lua_State *L) {
+    fl_lmaxargs(L, 0, "config.load_default", "no arguments");
     const char *env = getenv("FP8LAB_CONFIG_FILE");
     if (env && *env) {
         lua_settop(L, 0);
@@ -201,6 +203,7 @@ static int l_load_default(lua_State *L) {
 }
 
 static int l_libyaml_version(lua_State *L) {
+    fl_lmaxargs(L, 0, "config.libyaml_version", "no arguments");
     lua_pushstring(L, fl_config_yaml_version());
     return 1;
 }

@@ -110,6 +110,7 @@ static int l_unscale(lua_State *L) {
 /* clock() -> wall seconds (monotonic): os.clock() counts CPU time of all OpenMP threads, os.time()
  * has 1 s resolution; progress bars and the training scripts need neither. */
 static int l_clock(lua_State *L) {
+    fl_lmaxargs(L, 0, "data.clock", "no arguments");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);

@@ -249,6 +249,7 @@ static void set_str(lua_State *L, const char *key, const char *v) {
  * ("fp8_config" for the keys of that block), backends (list of names), fp8_recipe_kwargs, help,
  * question, expected (the words of messages). */
 static int l_list(lua_State *L) {
+    fl_lmaxargs(L, 0, "settings.list", "no arguments");
     const fl_setting *backend = fl_setting_info(FL_SET_BACKEND);
     lua_newtable(L);
     int n = 0;

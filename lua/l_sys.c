@@ -66,6 +66,7 @@ static int l_exec(lua_State *L) {
 
 /* executable() -> absolute path of the running binary (/proc/self/exe). */
 static int l_executable(lua_State *L) {
+    fl_lmaxargs(L, 0, "sys.executable", "no arguments");
     char buf[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n <= 0) return luaL_error(L, "cannot find the fp8lab executable: %s", strerror(errno));
@@ -93,11 +94,13 @@ static int l_isatty(lua_State *L) {
 }
 
 static int l_geteuid(lua_State *L) {
+    fl_lmaxargs(L, 0, "sys.geteuid", "no arguments");
     lua_pushinteger(L, (lua_Integer)geteuid());
     return 1;
 }
 
 static int l_omp_max_threads(lua_State *L) {
+    fl_lmaxargs(L, 0, "sys.omp_max_threads", "no arguments");
 #ifdef _OPENMP
     lua_pushinteger(L, omp_get_max_threads());
 #else
@@ -148,6 +151,7 @@ static int l_cpu_isa(lua_State *L) {
 
 /* build() -> which optional engines were compiled in: {cuda=, cublaslt=, nccl=, mpi=}. */
 static int l_build(lua_State *L) {
+    fl_lmaxargs(L, 0, "sys.build", "no arguments");
     static const struct { const char *name; int on; } BUILT[] = {
         {"cuda", BUILT_CUDA}, {"cublaslt", BUILT_CUBLASLT}, {"nccl", BUILT_NCCL}, {"mpi", BUILT_MPI}};
     lua_createtable(L, 0, 4);

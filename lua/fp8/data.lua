@@ -858,4 +858,6 @@ O.strict_arity(SkipDataLoader, "SkipDataLoader")
 O.strict_arity(FashionMNIST, "FashionMNIST")
 O.strict_arity(TextDataset, "TextDataset")
 O.strict_arity(Blocks, "TextBlocks")
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(M, "data")
 return M

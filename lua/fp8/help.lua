@@ -204,11 +204,14 @@ add_all {
   { section = "Tensors", name = "stack", sig = "fp8.stack({a, b, ...} [, dim=1])",
     doc = "Tensors of one shape along a new dim (torch.stack); see help(\"cat\")." },
   { section = "Tensors", name = "Tensor:sort",
-    sig = "local v, i = x:sort([dim=-1 [, descending=false]]) / x:argsort(...) / x:topk(k [, dim=-1 [, largest=true]])",
+    sig = "local v, i = x:sort([dim=-1 [, descending=false [, stable=false]]]) / x:argsort(...) / "
+       .. "x:topk(k [, dim=-1 [, largest=true [, sorted=true]]])",
     doc = "torch's ordering along dim: the values (x's dtype, gradients flow back to their positions) and their\n"
-       .. "0-based indices (fp32); NaN counts as the largest, equal values keep their order. argsort gives the indices alone,\n"
-       .. "topk the k largest (or smallest) in order. x:multinomial(n [, replacement=false]) (or fp8.multinomial(p,\n"
-       .. "n, ...)) draws n category indices from each row's weights, reproducibly after fp8.manual_seed.\n"
+       .. "0-based indices (fp32); NaN counts as the largest, equal values keep their order (stable=true changes\n"
+       .. "nothing). argsort gives the indices alone, topk the k largest (or smallest) in order (sorted=false allows\n"
+       .. "any order).\n"
+       .. "x:multinomial(n [, replacement=false]) (or fp8.multinomial(p, n, ...)) draws n category indices from each\n"
+       .. "row's weights, reproducibly after fp8.manual_seed.\n"
        .. "x:tril([diagonal=0]) / x:triu([diagonal=0]): the lower / upper triangle of the last two dims (torch's\n"
        .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients\n"
        .. "flow. "
@@ -325,7 +328,9 @@ add_all {
 }
 
 add_all {
-  { section = "Tensors", name = "Tensor:backward", sig = "loss:backward([grad]) / x.grad / x:requires_grad([bool]) / x:detach() / x:zero_grad()",
+  { section = "Tensors", name = "Tensor:backward",
+    sig = "loss:backward([grad] [, {retain_graph=, inputs=}]) / x.grad / x:requires_grad([bool]) / x:detach() / "
+       .. "x:zero_grad()",
     doc = "Autograd: backward() from a one-element tensor (or with grad of the same shape) fills .grad of the\n"
        .. "leaves that require it (gradients add up until zero_grad() drops them). requires_grad(true) marks a\n"
        .. "leaf and returns it (torch's requires_grad_([bool]) too); detach() is a view without history;\n"
@@ -423,9 +428,10 @@ add_all {
   { section = "Training", name = "data.clock", sig = "fp8.data.clock() / fp8.data.isatty(fd) / fp8.data.is_loader(v)",
     doc = "Monotonic wall seconds (time a run with it), whether a descriptor is a terminal, and whether v is a\n"
        .. "DataLoader or a prepared loader shard." },
-  { section = "Accelerator & recipes", name = "kwargs.describe", sig = "fp8.kwargs.describe(settings) / repr(v) / nearest(key, names) / is_handler(v)",
-    doc = "The resolved settings as the Accelerator prints them, a value as Lua source, the nearest of a set of\n"
-       .. "names (for messages), and whether v is a kwargs handler." },
+  { section = "Accelerator & recipes", name = "kwargs.describe",
+    sig = "fp8.kwargs.describe(settings [, extra]) / repr(v) / nearest(key, names) / is_handler(v)",
+    doc = "The resolved settings as the Accelerator prints them (extra: rows {name, text} shown after them), a value\n"
+       .. "as Lua source, the nearest of a set of names (for messages), and whether v is a kwargs handler." },
 }
 
 -- Classes whose objects help() answers for (objects made by a function, whose class no module publishes: a

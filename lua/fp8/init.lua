@@ -330,6 +330,8 @@ local NOT_HERE = {
     .. "compute environment to choose",
   PrecisionType = "mixed_precision is a string: fp8.Accelerator{mixed_precision=\"no\"|\"fp16\"|\"bf16\"|\"fp8\"}",
 }
+-- each public function written here refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(fp8)
 setmetatable(fp8, { __index = function(t, k)
   local v
   if LAZY_MODULES[k] then v = require(LAZY_MODULES[k])

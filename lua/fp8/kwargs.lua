@@ -61,7 +61,9 @@ local function repr(v, depth)
   end
   return "{" .. table.concat(parts, ", ") .. "}"
 end
-M.repr = repr
+-- (public with one parameter: depth is the recursion's own, and repr(v, "x") was an arithmetic error, repr(t, 5)
+-- "{...}"; until stop 99)
+M.repr = function(v) return repr(v) end
 
 -- What came, for "expected X, got Y" when the type is wrong: the type, and the value if short.
 local function got(v)
@@ -237,8 +239,15 @@ local function default_of(f, values)
   return copy(f.default)
 end
 
+-- the name an arity refusal gives a handler's method: "TERecipeKwargs:to_kwargs"
+local function method_name(self, m)
+  local mt = getmetatable(self)
+  return (type(mt) == "table" and rawget(mt, "__name") or "KwargsHandler") .. ":" .. m
+end
+
 -- h:to_kwargs() -> { field = value } for the fields whose value differs from the default.
-function methods:to_kwargs()
+function methods:to_kwargs(...)
+  O.no_more(method_name(self, "to_kwargs"), "no arguments", ...)
   local d, cls = DATA[self], CLASS_OF_MT[getmetatable(self)]
   local out = {}
   for _, f in ipairs(cls.field_list) do
@@ -249,7 +258,8 @@ function methods:to_kwargs()
 end
 
 -- h:to_table() -> every field with its effective value (defaults included), a fresh table.
-function methods:to_table()
+function methods:to_table(...)
+  O.no_more(method_name(self, "to_table"), "no arguments", ...)
   local d, cls = DATA[self], CLASS_OF_MT[getmetatable(self)]
   local out = {}
   for _, f in ipairs(cls.field_list) do out[f.name] = copy(d.values[f.name]) end
@@ -257,7 +267,8 @@ function methods:to_table()
 end
 
 -- h:is_set(name) -> true when the user passed this key (or its alias) to the constructor.
-function methods:is_set(name)
+function methods:is_set(name, ...)
+  O.no_more(method_name(self, "is_set"), "(name)", ...)
   local cls = CLASS_OF_MT[getmetatable(self)]
   name = cls.aliases[name] or name
   return DATA[self].given[name] == true
@@ -645,7 +656,9 @@ local function load_config(opts, env_raw)
     return cfg
   end
   if type(mod.load_default) ~= "function" then return nil end
-  return mod.load_default(path)
+  -- (a module without load gets the path; fp8.config's load_default takes no argument, so a nil is not passed on)
+  if path ~= nil then return mod.load_default(path) end
+  return mod.load_default()
 end
 
 local function read_config(cfg, notices)
@@ -1106,4 +1119,6 @@ if okh and type(help) == "table" and help.add then
   if help.class then help.class { class = methods, prefix = "KwargsHandler", entry = "KwargsHandler:to_kwargs" } end
 end
 
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+O.strict_functions(M, "kwargs")
 return M

@@ -188,6 +188,35 @@ function M.strict_arity(class, label, name_of)
   return class
 end
 
+-- strict_functions(tbl [, prefix]): each public function of the module table `tbl` (a name not starting with "_")
+-- written in Lua with a fixed parameter list refuses a call with more arguments than it has parameters, as
+-- strict_arity does for a class's methods: "prefix.name: takes (key, names); got 1 more argument" (fp8.kwargs.nearest,
+-- fp8.convert_model, fp8.nn.Parameter, ... dropped them silently until stop 99, where the C bindings and the
+-- classes' methods refuse them). The wrapper tail-calls the function, so its own errors still blame its caller.
+-- Returns tbl.
+function M.strict_functions(tbl, prefix)
+  local todo = {}
+  for name, f in pairs(tbl) do
+    if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
+      todo[name] = f
+    end
+  end
+  for name, f in pairs(todo) do
+    local a = M.arity(f)
+    if a then
+      local fname, n, takes = (prefix and prefix .. "." or "") .. name, a.n, a.takes
+      local w = function(...)
+        local more = select("#", ...) - n
+        if more > 0 then error(M.more_args_message(fname, takes, more), 2) end
+        return f(...)
+      end
+      WRAPPED[w], ARITY[w] = true, a
+      tbl[name] = w
+    end
+  end
+  return tbl
+end
+
 function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
   check_valid(valid, tostring(fname), level)

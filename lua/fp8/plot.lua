@@ -314,4 +314,6 @@ if okh and help.add then
   for _, n in ipairs { "plot.fp8_history", "plot.command", "plot.available" } do help.ALIASES[n] = "plot.lines" end
 end
 
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(M, "plot")
 return M

@@ -710,4 +710,6 @@ end
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(Profiler, "profile")
 O.strict_arity(Averages, "KeyAverages")
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(M, "profiler")
 return M

@@ -244,4 +244,6 @@ end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(Bar, "ProgressBar")
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(M, "progress")
 return M

@@ -53,4 +53,6 @@ for _, n in ipairs { "convert_model", "has_fp8_layers", "has_ao_layers", "fp8_au
 end
 help.ALIASES.has_transformer_engine_layers = "has_fp8_layers"   -- fp8's alias (TransformerEngine's name)
 
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(M, "recipes")
 return M

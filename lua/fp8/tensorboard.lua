@@ -383,7 +383,11 @@ function Writer:close(...)
 end
 Writer.__close = function(self) self:close() end
 
-function Writer:get_logdir() check_live(self, "get_logdir"); return self.log_dir end
+function Writer:get_logdir(...)
+  check_live(self, "get_logdir")
+  O.no_more("SummaryWriter:get_logdir", "no arguments", ...)   -- (took any until stop 99)
+  return self.log_dir
+end
 
 function Writer:__tostring()
   return ("SummaryWriter(log_dir=%q%s)"):format(self.log_dir, self._closed and ", closed" or "")

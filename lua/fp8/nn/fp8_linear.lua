@@ -109,7 +109,12 @@ function FP8Linear._made_for_model(...)
   return n
 end
 function FP8Linear.as_recipe(r, level)
-  level = math.type(level) == "integer" and level >= 1 and level or 1
+  -- the level an error blames, as error()'s (1: as_recipe's caller); anything else was taken as 1 until stop 99
+  if level ~= nil and not (math.type(level) == "integer" and level >= 1) then
+    error(("as_recipe: level must be an integer >= 1 (the caller an error blames, as error()'s), got %s")
+      :format(require("fp8.opts").got(level)), 2)
+  end
+  level = level or 1
   return (FP8Linear._as_recipe(r, level + 1, "as_recipe"))   -- not a tail call: level counts this frame
 end
 
@@ -309,7 +314,8 @@ end
 -- is never written; ao rowwise with a weight that takes a gradient: GELU made once for both of its casts). With
 -- residual: residual + that, as forward_residual adds it. nil when the layer would not run in FP8 now (the caller
 -- runs the two).
-function FP8Linear:forward_gelu(x, residual)
+function FP8Linear:forward_gelu(x, residual, ...)
+  O.no_more("FP8Linear:forward_gelu", "(x [, residual])", ...)
   if not runs_fp8(self) then return nil end
   check_input(self, x)
   check_residual(residual)
@@ -321,7 +327,8 @@ end
 -- fp32 residual of the output's shape added as the FP8 GEMM stores its result where the core can (fl_fp8_linear's
 -- residual: the layer's own output is never written alone; fp8_meta:state().residual_adds counts it). nil when
 -- the layer would not run in FP8 now (the caller adds).
-function FP8Linear:forward_residual(x, residual)
+function FP8Linear:forward_residual(x, residual, ...)
+  O.no_more("FP8Linear:forward_residual", "(x, residual)", ...)
   if not runs_fp8(self) then return nil end
   check_input(self, x)
   check_residual(residual, true)
@@ -333,7 +340,8 @@ end
 -- can (fl_fp8_linear_layernorm: per-tensor scaling, delayed or current, every GEMM in FP8, a CPU tensor), so
 -- it is never written in fp32. nil when the layer would not run in FP8 now, or when x, ln and this layer do not
 -- fit together (the caller runs the two, which raise the usual errors).
-function FP8Linear:forward_layernorm(x, ln)
+function FP8Linear:forward_layernorm(x, ln, ...)
+  O.no_more("FP8Linear:forward_layernorm", "(x, ln)", ...)
   if not Module.is_module(ln) or math.type(ln.normalized_shape) ~= "integer" then
     error(("forward_layernorm: expected a LayerNorm module, got %s"):format(Module.is_module(ln) and ln:type_name() or type(ln)), 0)
   end
@@ -363,6 +371,9 @@ function FP8Linear:extra_repr()
 end
 
 -- Delayed-scaling update after an optimizer step (no-op for current scaling).
-function FP8Linear:fp8_update() self.fp8_meta:update() end
+function FP8Linear:fp8_update(...)
+  O.no_more("FP8Linear:fp8_update", "no arguments", ...)
+  self.fp8_meta:update()
+end
 
 return FP8Linear

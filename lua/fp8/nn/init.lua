@@ -69,11 +69,17 @@ for name, cls in pairs(require "fp8.nn.embedding_bag") do nn[name] = cls end
 -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
 for name, cls in pairs(require "fp8.nn.batch_norm") do nn[name] = cls end
 
--- Parameter(t): marks a tensor as a trainable leaf (requires_grad) and returns it.
-function nn.Parameter(t)
+-- Parameter(t [, requires_grad=true]): marks a tensor as a trainable leaf (requires_grad) and returns it; torch's
+-- nn.Parameter(data, requires_grad=True), whose False makes a parameter that trains nothing (a frozen weight). The
+-- flag was dropped until stop 99: Parameter(t, false) required grad.
+function nn.Parameter(t, requires_grad)
   if not fp8.is_tensor(t) then error(("Parameter: expected a tensor, got %s"):format(type(t)), 2) end
   if t:is_released() then error("Parameter: the tensor has been released (freed or closed)", 2) end
-  if not t:requires_grad() then t:requires_grad(true) end
+  if requires_grad ~= nil and type(requires_grad) ~= "boolean" then
+    error(("Parameter: requires_grad must be a boolean, got %s"):format(require("fp8.opts").got(requires_grad)), 2)
+  end
+  requires_grad = requires_grad ~= false
+  if t:requires_grad() ~= requires_grad then t:requires_grad(requires_grad) end
   return t
 end
 
@@ -117,7 +123,8 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "to(\"cuda\"|\"cpu\") / cuda() / cpu() (parameters and buffers move in place), device(); float() is m itself\n"
   .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype);\n"
   .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).\n"
-  .. "fp8.nn.Parameter(t) marks a tensor as a trainable leaf (requires grad) and returns it.\n"
+  .. "fp8.nn.Parameter(t [, requires_grad=true]) marks a tensor as a trainable leaf (requires grad; false: frozen)\n"
+  .. "and returns it.\n"
   .. "fp8.nn.isinstance(m, cls | {cls, ...}): Python's isinstance for modules (subclasses count), as in\n"
   .. "model:apply(function(m) if fp8.nn.isinstance(m, fp8.nn.Linear) then\n"
   .. "  fp8.nn.init.normal_(m.weight, 0, 0.02) end end).")
@@ -277,13 +284,14 @@ add("nn.FP8Linear:forward_gelu", "layer:forward_gelu(x [, residual]) / layer:for
   .. "the two ops in turn, with the input's FP8 cast made in GELU's or LayerNorm's pass (or the residual added as the\n"
   .. "GEMM stores its result) where the core can. Each returns nil when the layer would not run in FP8 now (outside\n"
   .. "FP8 autocast; forward_layernorm also when x, ln and the layer do not fit together): the caller runs the two.")
-add("nn.FP8Linear:fp8_update", "layer:fp8_update() / fp8.nn.FP8Linear.as_recipe(r) -> recipe table",
+add("nn.FP8Linear:fp8_update", "layer:fp8_update() / fp8.nn.FP8Linear.as_recipe(r [, level]) -> recipe table",
   "fp8_update(): the delayed-scaling update of the layer's three roles after an optimizer step (layer.fp8_meta:update();\n"
   .. "a no-op for current scaling; a prepared optimizer does it, and without one the next training forward that finds\n"
-  .. "the weight written since the last makes it first, once per step). as_recipe(r): the recipe table a layer is built\n"
-  .. "from, for a recipe kwargs handler (TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs,\n"
-  .. "resolved as the Accelerator resolves it) or a recipe table {backend=\"te\"|\"ao\"|\"msamp\", ...} (checked: a\n"
-  .. "field its backend lacks is refused); anything else raises.")
+  .. "the weight written since the last makes it first, once per step). as_recipe(r [, level]): the recipe table a\n"
+  .. "layer is built from, for a recipe kwargs handler (TERecipeKwargs{...}, AORecipeKwargs, MSAMPRecipeKwargs,\n"
+  .. "FP8RecipeKwargs, resolved as the Accelerator resolves it) or a recipe table\n"
+  .. "{backend=\"te\"|\"ao\"|\"msamp\", ...} (checked: a field its backend lacks is refused); anything else raises,\n"
+  .. "blaming the caller `level` up (error()'s level, an integer >= 1; 1 by default).")
 help.ALIASES["nn.FP8Linear:forward_residual"] = "nn.FP8Linear:forward_gelu"
 help.ALIASES["nn.FP8Linear:forward_layernorm"] = "nn.FP8Linear:forward_gelu"
 help.ALIASES["nn.FP8Linear.as_recipe"] = "nn.FP8Linear:fp8_update"
@@ -476,4 +484,6 @@ add("nn.functional", "fp8.nn.F.linear / relu / gelu / silu / sigmoid / tanh / le
   .. "qkv_attention(qkv[B,T,3C], n_head [, {is_causal=, scale=}]) -> [B,T,C]: attention on a packed q|k|v projection,\n"
   .. "heads split and merged inside the op (what CausalSelfAttention uses).")
 
+-- each public function refuses arguments past its parameters (fp8.opts.strict_functions)
+require("fp8.opts").strict_functions(nn, "nn")
 return nn

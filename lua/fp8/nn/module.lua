@@ -251,11 +251,12 @@ Handle.__index = Handle
 local next_hook_id = 0
 
 -- handle:remove(): the hook is not called again (a second remove does nothing).
-function Handle:remove()
+function Handle:remove(...)
   if getmetatable(self) ~= Handle then
     error(("RemovableHandle:remove: called without its handle (got %s): write h:remove(), with a colon"):format(
       O.got(self)), 2)
   end
+  O.no_more("RemovableHandle:remove", "no arguments", ...)
   local list, entry = rawget(self, "_list"), rawget(self, "_entry")
   if list == nil then return end
   for i = #list, 1, -1 do

@@ -312,7 +312,10 @@ local function layer_class(name, kind)
     return out, h_n
   end
   -- torch's cuDNN weight compaction; the parameters here are used as they are, so there is nothing to do
-  cls.flatten_parameters = function(self) return self end
+  cls.flatten_parameters = function(self, ...)
+    require("fp8.opts").no_more(name .. ":flatten_parameters", "no arguments", ...)
+    return self
+  end
   cls.extra_repr = function(self)
     local s = ("%d, %d"):format(self.input_size, self.hidden_size)
     if self.proj_size > 0 then s = s .. ", proj_size=" .. self.proj_size end
