@@ -149,6 +149,9 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, groups, geo, &direct);
         fl_tensor_release(w4);
         fl_tensor_release(wc);
+        /* with_flops: the columns' route counts its GEMMs on the matmul events inside this one; the direct route has
+         * none, so the convolution carries them itself: torch's aten::conv2d count, 2·N·OC·OH·OW·(C/groups)·kh·kw */
+        if (st == FL_OK && direct) FL_PROF_FLOPS(2.0 * (double)N * (double)OC * (double)L * (double)(C / groups) * (double)K);
         if (st == FL_OK && direct && bc) {   /* the bias added as below: one fp32 addition */
             const float *bv = fl_tensor_data(bc);
             float *yv = fl_tensor_data(y);
