@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """gen_profparity.py — writes tests/data/profparity_torch.lua: what torch.profiler (PyTorch 2.x, on the CPU) does
 that tests/spec/profparity_spec.lua holds fp8.profiler to. For each schedule (torch.profiler.schedule's wait, warmup,
-active, repeat, skip_first, skip_first_wait; none at all) and a loop of n steps, each step's work inside
-record_function("work<i>") then prof.step(), and stop() after the loop: every on_trace_ready call, in order, as
-{at = prof.step_num then, steps = the "ProfilerStep#N" numbers of its Chrome trace, work = the i of its "work<i>"
-ranges}. And with_flops' count for F.conv2d (aten::conv2d's flops) over geometries (stride, padding, dilation,
+active, repeat, skip_first, skip_first_wait; none at all) and runs of n steps (start(), a loop of n steps, each
+step's work inside record_function("work<i>") then prof.step(), stop(); a second run starts the same profiler
+again): every on_trace_ready call, in order, as {prof.step_num then, the "ProfilerStep#N" numbers of its Chrome
+trace, the i of its "work<i>" ranges}. And with_flops' count for F.conv2d (aten::conv2d's flops) over geometries (stride, padding, dilation,
 groups, a bias, a 1×1 kernel). Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_profparity.py"""
 
@@ -21,17 +21,22 @@ from torch_fixture import write
 
 warnings.filterwarnings("ignore")   # "Profiler won't be using warmup" for warmup=0
 
-SCHEDULES = [
-    (dict(wait=1, warmup=1, active=2, repeat=1), 6),
-    (dict(wait=1, warmup=1, active=2), 9),
-    (dict(wait=0, warmup=0, active=1), 3),
-    (dict(wait=0, warmup=1, active=1, repeat=2), 7),
-    (dict(wait=1, warmup=1, active=2, skip_first=2), 10),
-    (dict(wait=2, warmup=1, active=1, skip_first=1, skip_first_wait=1), 9),
-    (dict(wait=0, warmup=1, active=3), 2),
-    (dict(wait=3, warmup=1, active=1, repeat=1), 3),
-    (dict(wait=0, warmup=0, active=3, repeat=1), 0),
-    (None, 3),
+SCHEDULES = [  # (schedule, the steps of each run: start(), n steps, stop())
+    (dict(wait=1, warmup=1, active=2, repeat=1), [6]),
+    (dict(wait=1, warmup=1, active=2), [9]),
+    (dict(wait=0, warmup=0, active=1), [3]),
+    (dict(wait=0, warmup=1, active=1, repeat=2), [7]),
+    (dict(wait=1, warmup=1, active=2, skip_first=2), [10]),
+    (dict(wait=2, warmup=1, active=1, skip_first=1, skip_first_wait=1), [9]),
+    (dict(wait=0, warmup=1, active=3), [2]),
+    (dict(wait=3, warmup=1, active=1, repeat=1), [3]),
+    (dict(wait=0, warmup=0, active=3, repeat=1), [0]),
+    (None, [3]),
+    # started again after stop(): torch's step_num and schedule go on
+    (dict(wait=1, warmup=1, active=2, skip_first=1), [4, 4]),
+    (dict(wait=0, warmup=1, active=2, repeat=1), [2, 3]),
+    (dict(wait=1, warmup=0, active=1), [3, 2, 3]),
+    (None, [2, 2]),
 ]
 
 CONVS = [  # (input shape, weight shape, bias, stride, padding, dilation, groups)
@@ -55,7 +60,7 @@ def lua(v):
     raise TypeError(v)
 
 
-def calls_of(sched, n):
+def calls_of(sched, runs):
     calls = []
     tmp = tempfile.mkdtemp()
 
@@ -68,11 +73,16 @@ def calls_of(sched, n):
                       "work": sorted(int(x[4:]) for x in names if x.startswith("work"))})
 
     kw = {} if sched is None else {"schedule": schedule(**sched)}
-    with profile(activities=[ProfilerActivity.CPU], on_trace_ready=ready, **kw) as p:
-        for i in range(n):
+    p = profile(activities=[ProfilerActivity.CPU], on_trace_ready=ready, **kw)
+    i = 0
+    for n in runs:
+        p.start()
+        for _ in range(n):
             with record_function("work%d" % i):
                 torch.ones(2) + 1
             p.step()
+            i += 1
+        p.stop()
     return calls
 
 
@@ -87,10 +97,10 @@ def conv_flops(xs, ws, bias, stride, padding, dilation, groups):
 def main():
     torch.manual_seed(0)
     sched_rows = []
-    for s, n in SCHEDULES:
-        sched_rows.append("{schedule = %s, n = %d, calls = %s}" % ("nil" if s is None else lua(s), n,
-                                                                    lua([[c["at"], c["steps"], c["work"]]
-                                                                         for c in calls_of(s, n)])))
+    for s, runs in SCHEDULES:
+        sched_rows.append("{schedule = %s, runs = %s, calls = %s}" % ("nil" if s is None else lua(s), lua(runs),
+                                                                       lua([[c["at"], c["steps"], c["work"]]
+                                                                            for c in calls_of(s, runs)])))
     conv_rows = []
     for xs, ws, bias, st, pd, dl, g in CONVS:
         t = lambda v: v if isinstance(v, tuple) else (v, v)
@@ -98,7 +108,7 @@ def main():
                          % (lua(xs), lua(ws), lua(bias), lua(t(st)), lua(t(pd)), lua(t(dl)), g,
                             conv_flops(xs, ws, bias, st, pd, dl, g)))
     write("tests/data/profparity_torch.lua", "scripts/gen_profparity.py", torch.__version__, {
-        # each: the schedule_option, the steps run, on_trace_ready's calls as {at, steps, work}
+        # each: the schedule_option, the steps of each run, on_trace_ready's calls as {step_num, steps, work}
         "schedules": "{\n    " + ",\n    ".join(sched_rows) + "}",
         "conv2d_flops": "{\n    " + ",\n    ".join(conv_rows) + "}",
     })

@@ -108,7 +108,7 @@ function M.profile(opts, extra)
   end
   return setmetatable({
     options = o, device = device, schedule = o.schedule_option, rank = extra.rank or env_rank(),
-    step_num = 0, windows = 0, _events = {}, _state = "idle", _on = false,
+    step_num = 0, windows = 0, dropped = 0, _events = {}, _state = "idle", _on = false,
   }, Profiler)
 end
 
@@ -264,12 +264,16 @@ function Profiler:_start()
   -- one the program dropped while it ran, collected but not yet finalized: its __gc stops the recorder now
   if owner ~= nil then collectgarbage() end
   P.clear()
-  self.step_num, self.windows, self._events, self._state, self._cb_stopped = 0, 0, {}, "running", false
-  self.dropped = 0
+  -- a start() after stop() goes on from the step the profiler stopped at, as torch's (its step_num is never reset):
+  -- the schedule goes on (a finished repeat records nothing more; skip_first and wait are not run again), the
+  -- ProfilerStep#N numbers go on, and so do the windows, whose trace files the next ones do not overwrite; the last
+  -- finished window stays readable until the next one ends
+  self._state, self._cb_stopped = "running", false
   self.t0 = P.now()
   M.current, self._owner = self, {}
   owner = self._owner
-  local ok, err = pcall(self._transition, self, nil, self:_action(0))
+  self._step_tok = nil
+  local ok, err = pcall(self._transition, self, nil, self:_action(self.step_num))
   if not ok then self._state = "idle"; M.current, owner = nil, nil; error(err, 0) end
   raise_pending(self)
   return self
@@ -676,7 +680,8 @@ if okh and help.add then
     .. "device_time_total, self_device_time_total, device_time, count, flops, cpu_memory_usage,\n"
     .. "self_cpu_memory_usage or name.")
   add("prof:start", "prof:start() -> prof / prof:step() / prof:stop() -> prof / prof:run(fn, ...) -> prof",
-    "start() begins recording (refused while another profiler runs: fp8.profiler.current; or twice). step(), once per\n"
+    "start() begins recording (refused while another profiler runs: fp8.profiler.current; or twice; after stop() it\n"
+    .. "goes on from the step it stopped at, as torch's: the schedule, step numbers and windows). step(), once per\n"
     .. "training step, moves the schedule on: wait, warmup and active steps; each active window that ends writes its\n"
     .. "trace and calls on_trace_ready (under acc:profile every prepared optimizer's step is one: calling prof:step()\n"
     .. "as well is refused). stop() ends recording: an active window in progress ends there (its trace and\n"
@@ -689,7 +694,8 @@ if okh and help.add then
     .. "time, device_ts, device_dur (µs), device_ts_ns, device_dur_ns. trace_path([n]): the file window n's trace\n"
     .. "goes to (default the last window finished, else the first): <output_trace_dir>/profile_<rank>.json for\n"
     .. "window 1, profile_<rank>_window<n>.json after; nil without output_trace_dir. Fields (read them): step_num\n"
-    .. "(step() calls since start), windows (active windows finished), rank (profile's {rank=} or the launcher's),\n"
+    .. "(step() calls since the first start(): a start() after stop() goes on counting, as torch's), windows (active\n"
+    .. "windows finished, counted on as well), rank (profile's {rank=} or the launcher's),\n"
     .. "options (the ProfileKwargs' values), device (whether device time is recorded: activities \"cuda\" with a\n"
     .. "GPU in use), dropped and max_events (events past the recorder's cap in the last window).")
   add("prof:export_chrome_trace", "prof:export_chrome_trace(path)",

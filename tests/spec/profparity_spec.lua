@@ -1,7 +1,8 @@
 -- Found on 2026-12-07 (stop 99): the profiler read against torch.profiler (PyTorch 2.15, on the CPU) and Accelerate's
 -- ProfileKwargs: which steps each schedule records and when on_trace_ready fires with what (wait, warmup, active,
 -- repeat, skip_first, skip_first_wait; repeat=0, wait=0, active=1, steps past the end, stop() inside a window, no
--- schedule), and with_flops' count for a convolution (aten::conv2d's, whichever route fp8lab's conv takes). The
+-- schedule; a profiler started again after stop(), whose steps and schedule go on as torch's), and with_flops' count
+-- for a convolution (aten::conv2d's, whichever route fp8lab's conv takes). The
 -- expected values come from tests/data/profparity_torch.lua, written by
 --   /opt/torch2/bin/python3 scripts/gen_profparity.py
 -- docs/robustness.md, "The profiler against torch.profiler (stop 99)".
@@ -15,10 +16,10 @@ local function show(calls)
   return table.concat(out, " ")
 end
 
--- fp8.profiler's on_trace_ready calls for a loop of n steps (each one's work in a "work<i>" range, then prof:step()),
--- then stop(): {at, steps, work} as the generator takes torch's (the numbers of the ProfilerStep# ranges and of the
--- work<i> ranges of the window's Chrome trace)
-local function calls_of(schedule, n)
+-- fp8.profiler's on_trace_ready calls for runs of n steps (start(), n steps, each one's work in a "work<i>" range then
+-- prof:step(), stop(); the same profiler started again for the next run): {step_num, steps, work} as the generator
+-- takes torch's (the numbers of the ProfilerStep# ranges and of the work<i> ranges of the window's Chrome trace)
+local function calls_of(schedule, runs)
   local calls, dir = {}, os.tmpname()
   os.remove(dir)
   local prof = fp8.profiler.profile { schedule_option = schedule, on_trace_ready = function(p)
@@ -38,30 +39,33 @@ local function calls_of(schedule, n)
     table.sort(work)
     calls[#calls + 1] = { p.step_num, steps, work }
   end }
-  prof:start()
-  for i = 0, n - 1 do
-    fp8.profiler.record_function("work" .. i, function() return fp8.ones { 2 } + 1 end)
-    prof:step()
+  local i = 0
+  for _, n in ipairs(runs) do
+    prof:start()
+    for _ = 1, n do
+      fp8.profiler.record_function("work" .. i, function() return fp8.ones { 2 } + 1 end)
+      prof:step()
+      i = i + 1
+    end
+    prof:stop()
   end
-  prof:stop()
   return calls
 end
 
 -- torch's calls with fp8lab's two documented differences (docs/lua-api.md, "## Profiler"): without a schedule
--- fp8lab opens a ProfilerStep#N range per step (torch none); the ProfilerStep#N that the last step() opened is no
--- step when stop() finds nothing in it (torch's trace keeps it, empty), and a window holding only that is no window
--- once an earlier one was saved (torch calls back once more)
+-- fp8lab opens a ProfilerStep#N range per step (torch none: the steps are those of the work); the ProfilerStep#N that
+-- the last step() opened is no step when stop() finds nothing in it (torch's trace keeps it, empty, in the call stop()
+-- makes, at that N), and a window holding only that is no window once an earlier one was saved (torch calls back)
 local function expected(case)
   local out = {}
-  for i, c in ipairs(case.calls) do
-    local steps = {}
+  for _, c in ipairs(case.calls) do
+    local steps, work = {}, {}
+    for _, w in ipairs(c[3]) do work[w] = true end
     if case.schedule == nil then
-      for s = 0, case.n - 1 do steps[#steps + 1] = s end
+      for _, w in ipairs(c[3]) do steps[#steps + 1] = w end
     else
       for _, s in ipairs(c[2]) do
-        local empty_last = i == #case.calls and c[1] == case.n and s == case.n
-        for _, w in ipairs(c[3]) do empty_last = empty_last and w ~= s end
-        if not empty_last then steps[#steps + 1] = s end
+        if s ~= c[1] or work[s] then steps[#steps + 1] = s end
       end
     end
     if #steps > 0 or #c[3] > 0 or #out == 0 then out[#out + 1] = { c[1], steps, c[3] } end
@@ -71,16 +75,46 @@ end
 
 describe("the schedule records the steps torch.profiler records", function()
   it("each on_trace_ready call: the step it fires at, the ProfilerStep#N ranges and the work in its trace", function()
-    assert.is_true(#ref.schedules >= 10)
+    assert.is_true(#ref.schedules >= 14)
     for _, case in ipairs(ref.schedules) do
-      local what = ("schedule_option %s, %d steps"):format(case.schedule and (function()
+      local what = ("schedule_option %s, runs of %s steps"):format(case.schedule and (function()
         local t = {}
         for k, v in pairs(case.schedule) do t[#t + 1] = k .. "=" .. v end
         table.sort(t)
         return list(t)
-      end)() or "none", case.n)
-      assert.are.equal(show(expected(case)), show(calls_of(case.schedule, case.n)), what)
+      end)() or "none", list(case.runs))
+      assert.are.equal(show(expected(case)), show(calls_of(case.schedule, case.runs)), what)
     end
+  end)
+end)
+
+describe("a profiler started again after stop() goes on as torch's", function()
+  it("keeps counting steps and windows: the second run's trace goes to a file of its own", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    local prof = fp8.profiler.profile({ output_trace_dir = dir }, { rank = 0 })
+    for run = 0, 1 do
+      prof:start()
+      fp8.profiler.record_function("work" .. run, function() return fp8.ones { 2 } + 1 end)
+      prof:step()
+      prof:stop()
+    end
+    assert.are.equal(2, prof.step_num)
+    assert.are.equal(2, prof.windows)
+    local function read(path)
+      local f = assert(io.open(path))
+      local text = f:read("a")
+      f:close()
+      return text
+    end
+    assert.are.equal(dir .. "/profile_0_window2.json", prof:trace_path())
+    local first, second = read(dir .. "/profile_0.json"), read(prof:trace_path())
+    assert.truthy(first:find('"name": "work0"', 1, true) and first:find('"name": "ProfilerStep#0"', 1, true))
+    assert.truthy(second:find('"name": "work1"', 1, true) and second:find('"name": "ProfilerStep#1"', 1, true))
+    assert.falsy(second:find('"name": "work0"', 1, true))
+    os.remove(dir .. "/profile_0.json")
+    os.remove(dir .. "/profile_0_window2.json")
+    os.remove(dir)
   end)
 end)
 
