@@ -114,8 +114,8 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
      * place and write blocked channels, as torch 2.15's mkldnn route does for such a layer; the layouts left to the
      * primitive (format_tag_any) gave brgconv in NHWC, the input reordered each call, slower (docs/performance.md,
      * "conv2d's first layer"). The weight's gradient the same way (oneDNN's first-layer backward-weights kernel reads
-     * NCHW too); the input's gradient of a first layer lets oneDNN choose. A fixed rule by geometry, not a timing: a
-     * geometry always takes the same kernel. */
+     * NCHW too); a first layer's input gradient is the columns' (fl_cpu_conv2d_f32_bwd_data declines it). A fixed
+     * rule by geometry, not a timing: a geometry always takes the same kernel. */
     const bool first = g == 1 && k->c < 16 && k->kind != CV_BWD_D;
     const char *impl = NULL;
     for (int t = first ? 0 : 1; t < 2 && !pd; t++) {
