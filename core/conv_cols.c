@@ -11,7 +11,9 @@
  * torch does (its gradient of a bf16 output is bf16) and what autocast's matmul did in the composite. CPU tensors
  * only (the caller keeps the composite for others). Since stop 98 an fp32 forward runs oneDNN's direct convolution
  * (cpu/cpu_conv.c: no columns; its own order of each output's sum, so not the GEMM's bits), but for a 1×1 kernel at
- * stride 1 without padding, whose columns are the input; the backward keeps the columns. */
+ * stride 1 without padding, whose columns are the input; since stop 99 its backward too, by oneDNN's backward-data and
+ * backward-weights primitives (the device entries conv2d_direct_bwd_*; the bias's gradient with the weight's), each
+ * falling back to the columns where the device declines (16-bit operands keep the columns). */
 #include "nn.h"
 #include "ops.h"
 #include "ops_raw.h"
@@ -27,7 +29,7 @@
 #define CC_CHUNK (INT64_C(1) << 19)   /* column elements per chunk */
 #define CC_SUM_RUN 256                /* cpu_internal.h's FL_CPU_SUM_ROWS: the reduction's runs of rows */
 
-typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16; } cc_ctx;
+typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16, plain_1x1; } cc_ctx;
 
 /* the samples per chunk for columns of ckl elements per sample */
 static int64_t chunk_of(int64_t N, int64_t ckl) {
@@ -146,20 +148,14 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         fl_tensor *wc = NULL, *w4 = NULL;   /* the weight operand (fp32) back in w's shape, [OC, C/groups, kh, kw] */
         if (cpu->conv2d_direct) st = fl_tensor_contiguous(&wc, a);
         if (st == FL_OK && wc) st = fl_tensor_reshape(&w4, wc, 4, w->shape);
-        if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, groups, geo, &direct);
+        /* the bias added by the entry as below, one fp32 addition, in its copy out of the kernel's layout */
+        if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, bc, groups, geo, &direct);
         fl_tensor_release(w4);
         fl_tensor_release(wc);
         /* with_flops: the columns' route counts its GEMMs on the matmul events inside this one; the direct route has
          * none, so the convolution carries them itself: torch's aten::conv2d count, 2·N·OC·OH·OW·(C/groups)·kh·kw */
-        if (st == FL_OK && direct) FL_PROF_FLOPS(2.0 * (double)N * (double)OC * (double)L * (double)(C / groups) * (double)K);
-        if (st == FL_OK && direct && bc) {   /* the bias added as below: one fp32 addition */
-            const float *bv = fl_tensor_data(bc);
-            float *yv = fl_tensor_data(y);
-            for (int64_t q = 0; q < N * OC; q++) {
-                const float bq = bv[q % OC];
-                for (int64_t l = 0; l < L; l++) yv[q * L + l] += bq;
-            }
-        }
+        if (st == FL_OK && direct)
+            FL_PROF_FLOPS(2.0 * (double)N * (double)OC * (double)L * (double)(C / groups) * (double)K);
     }
     if (st == FL_OK && numel > 0 && CKL > 0 && !direct) {
         const int64_t cshape[3] = { nb, C * K, L };
@@ -199,7 +195,7 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     if (!fl_any_requires_grad(b ? 3 : 2, ins)) return FL_OK;
     cc_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "conv2d_cols: out of memory"); }
-    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32 };
+    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32, plain_1x1 };
     fl_node *nd = NULL;
     st = fl_autograd_record(out, &nd, "ConvolutionBackward", cc_bwd, b ? 3 : 2, ins);
     if (st != FL_OK) { free(c); return st; }
@@ -224,6 +220,13 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const fl_dtype gdt = c->bwd16 ? dt : FL_F32, cdt = c->bwd16 ? dt : FL_DTYPE_COUNT;
     const int es = fl_format(dt)->bits / 8;
     const int64_t nb = chunk_of(N, CKL);
+    /* fp32 where the forward took oneDNN's direct convolution by the rules (not a 1×1 kernel at stride 1 without
+     * padding, whose columns are the input): its backward-data and backward-weights primitives (the bias's gradient
+     * with the weight's), each falling back to the columns below where the device declines */
+    const fl_device *cpu = fl_cpu_device();
+    const bool try_direct = dt == FL_F32 && !c->plain_1x1 && CKL > 0 && N > 0 && OC > 0;
+    const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
+    bool dx_direct = false, dw_direct = false;
     fl_tensor *hg = NULL, *xc = NULL, *aw = NULL, *at = NULL, *cols = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     double *acc = NULL, *run = NULL;
     fl_status st = fl_tensor_contiguous(&hg, gy);
@@ -233,7 +236,28 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         fl_tensor_release(hg);
         hg = f;
     }
-    if (st == FL_OK && need_b) {
+    if (st == FL_OK && need_x && try_direct && cpu->conv2d_direct_bwd_data) {
+        fl_tensor *wc = NULL;
+        st = fl_tensor_contiguous(&wc, w);
+        if (st == FL_OK) st = fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
+        if (st == FL_OK) st = cpu->conv2d_direct_bwd_data(dx, hg, wc, gr, geo, &dx_direct);
+        if (st == FL_OK && !dx_direct) memset(fl_tensor_data(dx), 0, (size_t)(N * C * H * W) * sizeof(float));
+        fl_tensor_release(wc);
+    } else if (st == FL_OK && need_x) {
+        st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
+    }
+    if (st == FL_OK && need_w) st = fl_tensor_contiguous(&xc, x);
+    if (st == FL_OK && need_w && try_direct && cpu->conv2d_direct_bwd_weights) {
+        const int64_t b1[1] = { OC };
+        st = fl_tensor_empty(&dw, FL_F32, 4, w->shape, FL_DEV_CPU);
+        if (st == FL_OK && need_b) st = fl_tensor_empty(&db, FL_F32, 1, b1, FL_DEV_CPU);
+        if (st == FL_OK) st = cpu->conv2d_direct_bwd_weights(dw, db, xc, hg, gr, geo, &dw_direct);
+        if (!dw_direct) {
+            fl_tensor_release(dw); fl_tensor_release(db);
+            dw = db = NULL;
+        }
+    }
+    if (st == FL_OK && need_b && !db) {
         /* the bias's gradient as the add's was taken: gy summed to [1, OC, 1, 1] (dim by dim), then [OC] */
         const int64_t bs[4] = { 1, OC, 1, 1 }, b1[1] = { OC };
         fl_tensor *s4 = NULL;
@@ -241,14 +265,13 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         if (st == FL_OK) st = fl_tensor_reshape(&db, s4, 1, b1);
         fl_tensor_release(s4);
     }
-    if (st == FL_OK && need_x) st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
-    if (st == FL_OK && need_x) st = weight_operand(&aw, w, gr, gdt);
-    if (st == FL_OK && need_x) st = fl_tensor_transpose(&at, aw, -1, -2);
-    if (st == FL_OK && need_w) {
-        st = fl_tensor_contiguous(&xc, x);
+    const bool cols_x = need_x && !dx_direct, cols_w = need_w && !dw_direct;
+    if (st == FL_OK && cols_x) st = weight_operand(&aw, w, gr, gdt);
+    if (st == FL_OK && cols_x) st = fl_tensor_transpose(&at, aw, -1, -2);
+    if (st == FL_OK && cols_w) {
         acc = calloc((size_t)(wn > 0 ? wn : 1), sizeof *acc);
         run = calloc((size_t)(wn > 0 ? wn : 1), sizeof *run);
-        if (st == FL_OK && (!acc || !run))
+        if (!acc || !run)
             st = FL_ERR(FL_ENOMEM, "conv2d_cols: out of memory for the weight's gradient (%lld values)", (long long)wn);
         if (st == FL_OK && CKL > 0) {
             const int64_t cshape[3] = { nb, C * K, L };
@@ -256,7 +279,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         }
     }
     int64_t in_run = 0;   /* samples summed into run since it was last added to acc */
-    for (int64_t n0 = 0; st == FL_OK && CKL > 0 && N > 0 && n0 < N; n0 += nb) {
+    for (int64_t n0 = 0; st == FL_OK && (cols_x || cols_w) && CKL > 0 && N > 0 && n0 < N; n0 += nb) {
         const int64_t m = N - n0 < nb ? N - n0 : nb;
         fl_tensor *gpart = NULL, *gop = NULL, *t = NULL;
         st = fl_check_interrupt();
@@ -268,7 +291,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
             fl_tensor_release(gop);
             gop = r16;
         }
-        if (st == FL_OK && need_x) {
+        if (st == FL_OK && cols_x) {
             /* the columns' gradient Wᵀ·dY, folded into the input's */
             st = fl_matmul_raw(&t, at, gop, cdt, FL_F32);
             if (st == FL_OK)
@@ -277,7 +300,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
             fl_tensor_release(t);
             t = NULL;
         }
-        if (st == FL_OK && need_w) {
+        if (st == FL_OK && cols_w) {
             /* dY·colsᵀ per sample, the columns made again (in gdt: widened where 16-bit and not bwd16) */
             fl_tensor *part = NULL, *pf = NULL, *b = NULL, *bt = NULL;
             st = fl_im2col_planes(fl_tensor_data(cols), (const char *)fl_tensor_data(xc) + n0 * C * H * W * es, es,
@@ -305,7 +328,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         fl_tensor_release(gpart);
         fl_tensor_release(gop);
     }
-    if (st == FL_OK && need_w) {
+    if (st == FL_OK && cols_w) {
         st = fl_tensor_empty(&dw, FL_F32, 4, w->shape, FL_DEV_CPU);
         if (st == FL_OK) {
             float *d = fl_tensor_data(dw);

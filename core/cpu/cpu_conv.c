@@ -1,11 +1,14 @@
-/* cpu_conv.c — conv2d's fp32 forward by oneDNN's convolution primitive (cpu_conv.h). The columns route
- * (core/conv_cols.c: im2col, then a GEMM) writes and reads C·kh·kw values per output position; the direct kernels
- * read the image in place, in the layout they choose (brgconv on AVX-512: NHWC; other kernels nChw16c / nChw8c), as
- * torch 2.15's CPU conv does (its mkldnn route); a first layer (one group of under 16 channels) reads its NCHW input
- * as it is, by the first-layer kernel (cv_make). The input and weight are reordered into that layout each call, the
- * result copied out of it (unblock, faster than oneDNN 2.6's reorder; an unknown layout by that reorder); a few samples
- * at a time (about 16 MiB of input and output a chunk), so the blocked copies stay bounded and Ctrl-C is polled
- * between chunks. Primitives (the convolution and its three reorders) are kept per geometry in a small LRU cache. */
+/* cpu_conv.c — conv2d's fp32 forward and backward by oneDNN's convolution primitives (cpu_conv.h): the forward, the
+ * input's gradient (backward data) and the weight's with the bias's (backward weights). The columns route
+ * (core/conv_cols.c: im2col, then a GEMM; col2im backward) writes and reads C·kh·kw values per output position; the
+ * direct kernels read the image in place, in the layout they choose (brgconv on AVX-512: NHWC; other kernels nChw16c /
+ * nChw8c), as torch 2.15's CPU conv does (its mkldnn route); a first layer (one group of under 16 channels) reads its
+ * NCHW input as it is, by the first-layer kernel (cv_make). The operands are reordered into that layout each call, the
+ * result copied out of it (unblock, faster than oneDNN 2.6's reorder; an unknown layout or the weight's gradient by
+ * that reorder); a few samples at a time (about 16 MiB of input and output a chunk), so the blocked copies stay
+ * bounded and Ctrl-C is polled between chunks (the weight's and bias's gradients: each chunk's summed in double, in
+ * chunk order, rounded once). Primitives (the convolution and its three reorders) are kept per geometry and kind in
+ * a small LRU cache. */
 #include "cpu_internal.h"
 #include "cpu_conv.h"
 #include <dnnl.h>
@@ -15,16 +18,21 @@
 #define CV_CACHE 16
 #define CV_CHUNK (INT64_C(1) << 22)   /* input + output elements per chunk of samples */
 
-typedef struct { int64_t n, c, h, w, oc, groups, geo[10]; } cv_key;
+/* the primitive's kind: the forward, the input's gradient, the weight's (with the bias's: CV_BWD_WB) */
+enum { CV_FWD, CV_BWD_D, CV_BWD_W, CV_BWD_WB };
+
+typedef struct { int64_t n, c, h, w, oc, groups, geo[10], kind; } cv_key;
 
 typedef struct {
     cv_key key;
     bool used, unimpl;            /* unimpl: oneDNN has only a GEMM-based or reference kernel here */
-    int64_t blk;                  /* the result's channel block (16, 8: nChw16c, nChw8c; OC: NHWC), copied back to
-                                     NCHW here (unblock); 0: by oneDNN's reorder */
+    int out;                      /* the operand written: 0 src (CV_BWD_D), 1 weights (CV_BWD_W*), 2 dst (CV_FWD) */
+    int64_t blk;                  /* the written image's channel block (16, 8: nChw16c, nChw8c; its channels: NHWC),
+                                     copied back to NCHW here (unblock); 0: by oneDNN's reorder */
     uint64_t tick;
-    dnnl_primitive_t conv, rsrc, rwei, rdst;   /* a reorder NULL where the plain layout is the kernel's */
-    dnnl_memory_desc_t md[6];     /* plain src, weights, dst; the kernel's src, weights, dst */
+    dnnl_primitive_t conv, re[3]; /* re[i]: operand i's reorder (plain to the kernel's, or back for the written one),
+                                     NULL where the plain layout is the kernel's */
+    dnnl_memory_desc_t md[7];     /* plain src, weights, dst; the kernel's src, weights, dst; the bias (CV_BWD_WB) */
 } cv_entry;
 
 static struct { cv_entry e[CV_CACHE]; uint64_t tick; } cv;   /* used under fl_cpu_dnnl_acquire's lock */
@@ -35,7 +43,7 @@ static struct { cv_entry e[CV_CACHE]; uint64_t tick; } cv;   /* used under fl_cp
     } while (0)
 
 static void cv_drop(cv_entry *e) {
-    dnnl_primitive_t *p[4] = { &e->conv, &e->rsrc, &e->rwei, &e->rdst };
+    dnnl_primitive_t *p[4] = { &e->conv, &e->re[0], &e->re[1], &e->re[2] };
     for (int i = 0; i < 4; i++) if (*p[i]) { dnnl_primitive_destroy(*p[i]); *p[i] = NULL; }
     e->used = false;
 }
@@ -53,23 +61,51 @@ static dnnl_status_t reorder_of(dnnl_primitive_t *out, const dnnl_memory_desc_t 
     return s;
 }
 
+/* the primitive descriptor of k's kind with src (the input, or its gradient) in the layout *src (the plain one, or
+ * format_tag_any's), the rest left to oneDNN; a backward one with a forward-training descriptor as its hint, as
+ * oneDNN asks. NULL where oneDNN refuses the geometry. */
+static dnnl_primitive_desc_t cv_pd(const cv_key *k, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *any,
+                                   const dnnl_memory_desc_t *bias, dnnl_engine_t eng) {
+    const int64_t *q = k->geo;
+    dnnl_dims_t strides = { q[2], q[3] }, dil = { q[4] - 1, q[5] - 1 }, pl = { q[6], q[8] }, pr = { q[7], q[9] };
+    const bool wb = k->kind == CV_BWD_WB;
+    dnnl_convolution_desc_t fd, cd;
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(
+        &fd, k->kind == CV_FWD ? dnnl_forward_inference : dnnl_forward_training, dnnl_convolution_direct, src, &any[1],
+        wb ? bias : NULL, &any[2], strides, dil, pl, pr);
+    if (s != dnnl_success) return NULL;
+    if (k->kind == CV_FWD) return dnnl_primitive_desc_create(&pd, &fd, NULL, eng, NULL) == dnnl_success ? pd : NULL;
+    if (dnnl_primitive_desc_create(&hint, &fd, NULL, eng, NULL) != dnnl_success) return NULL;
+    if (k->kind == CV_BWD_D)
+        s = dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, src, &any[1], &any[2],
+                                                             strides, dil, pl, pr);
+    else
+        s = dnnl_dilated_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, &any[1],
+                                                                wb ? bias : NULL, &any[2], strides, dil, pl, pr);
+    if (s == dnnl_success && dnnl_primitive_desc_create(&pd, &cd, NULL, eng, hint) != dnnl_success) pd = NULL;
+    dnnl_primitive_desc_destroy(hint);
+    return pd;
+}
+
 static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
     fl_status st = FL_OK;
     dnnl_primitive_desc_t pd = NULL;
     cv_drop(e);
     memset(e, 0, sizeof *e);
     e->key = *k;
+    e->out = k->kind == CV_FWD ? 2 : k->kind == CV_BWD_D ? 0 : 1;
     const int64_t g = k->groups, *q = k->geo;
     const int64_t oh = (k->h + q[6] + q[7] - (q[4] * (q[0] - 1) + 1)) / q[2] + 1;
     const int64_t ow = (k->w + q[8] + q[9] - (q[5] * (q[1] - 1) + 1)) / q[3] + 1;
-    dnnl_dims_t sd = { k->n, k->c, k->h, k->w }, dd = { k->n, k->oc, oh, ow };
+    dnnl_dims_t sd = { k->n, k->c, k->h, k->w }, dd = { k->n, k->oc, oh, ow }, bd = { k->oc };
     dnnl_dims_t wd = { g, k->oc / g, k->c / g, q[0], q[1] }, w1 = { k->oc, k->c, q[0], q[1] };
-    dnnl_dims_t strides = { q[2], q[3] }, dil = { q[4] - 1, q[5] - 1 }, pl = { q[6], q[8] }, pr = { q[7], q[9] };
     dnnl_memory_desc_t any[3];
     CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[0], 4, sd, dnnl_f32, dnnl_nchw));
     if (g == 1) CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 4, w1, dnnl_f32, dnnl_oihw));
     else CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 5, wd, dnnl_f32, dnnl_goihw));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[2], 4, dd, dnnl_f32, dnnl_nchw));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[6], 1, bd, dnnl_f32, dnnl_a));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[0], 4, sd, dnnl_f32, dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, dnnl_f32, dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[2], 4, dd, dnnl_f32, dnnl_format_tag_any));
@@ -77,16 +113,13 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
      * oneDNN's direct kernels for so few channels (jit:avx512_core's or jit:avx2's first-layer kernel) read NCHW in
      * place and write blocked channels, as torch 2.15's mkldnn route does for such a layer; the layouts left to the
      * primitive (format_tag_any) gave brgconv in NHWC, the input reordered each call, slower (docs/performance.md,
-     * "conv2d's first layer"). A fixed rule by geometry, not a timing: a geometry always takes the same kernel. */
-    const bool first = g == 1 && k->c < 16;
+     * "conv2d's first layer"). The weight's gradient the same way (oneDNN's first-layer backward-weights kernel reads
+     * NCHW too); a first layer's input gradient is the columns' (fl_cpu_conv2d_f32_bwd_data declines it). A fixed
+     * rule by geometry, not a timing: a geometry always takes the same kernel. */
+    const bool first = g == 1 && k->c < 16 && k->kind != CV_BWD_D;
     const char *impl = NULL;
     for (int t = first ? 0 : 1; t < 2 && !pd; t++) {
-        dnnl_convolution_desc_t cd;
-        dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                                     dnnl_convolution_direct, t ? &any[0] : &e->md[0],
-                                                                     &any[1], NULL, &any[2], strides, dil, pl, pr);
-        if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL);
-        if (s != dnnl_success) pd = NULL;
+        pd = cv_pd(k, t ? &any[0] : &e->md[0], any, &e->md[6], eng);
         impl = NULL;
         if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = NULL;
         /* declined: the GEMM-based kernels make columns as conv_cols.c does (slower here), the reference ones are
@@ -96,23 +129,37 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
             pd = NULL;
         }
     }
+    /* the bias's gradient in its plain layout only (oneDNN's kernels keep it so; another would want a reorder) */
+    if (pd && k->kind == CV_BWD_WB && !dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd,
+                                                                  dnnl_query_diff_weights_md, 1), &e->md[6])) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+    }
     if (!pd) {
         e->used = e->unimpl = true;
         return FL_OK;
     }
-    e->md[3] = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-    e->md[4] = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    e->md[5] = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    const bool bw = k->kind == CV_BWD_W || k->kind == CV_BWD_WB;
+    e->md[3] = *dnnl_primitive_desc_query_md(pd, k->kind == CV_BWD_D ? dnnl_query_diff_src_md : dnnl_query_src_md, 0);
+    e->md[4] = *dnnl_primitive_desc_query_md(pd, bw ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+    e->md[5] = *dnnl_primitive_desc_query_md(pd, k->kind == CV_FWD ? dnnl_query_dst_md : dnnl_query_diff_dst_md, 0);
     CV_CHECK(dnnl_primitive_create(&e->conv, pd));
-    CV_CHECK(reorder_of(&e->rsrc, &e->md[0], &e->md[3], eng));
-    CV_CHECK(reorder_of(&e->rwei, &e->md[1], &e->md[4], eng));
-    static const dnnl_format_tag_t tags[3] = { dnnl_nhwc, dnnl_nChw16c, dnnl_nChw8c };
-    for (int i = 0; i < 3 && !e->blk; i++) {
-        dnnl_memory_desc_t t;
-        CV_CHECK(dnnl_memory_desc_init_by_tag(&t, 4, dd, dnnl_f32, tags[i]));
-        if (dnnl_memory_desc_equal(&t, &e->md[5])) e->blk = i == 0 ? k->oc : i == 1 ? 16 : 8;
+    /* the written image (the forward's result, the input's gradient) copied back by unblock where its layout is one
+     * of these; the weight's gradient (small) by oneDNN's reorder */
+    if (e->out != 1) {
+        static const dnnl_format_tag_t tags[3] = { dnnl_nhwc, dnnl_nChw16c, dnnl_nChw8c };
+        const int o = e->out;
+        for (int i = 0; i < 3 && !e->blk; i++) {
+            dnnl_memory_desc_t t;
+            CV_CHECK(dnnl_memory_desc_init_by_tag(&t, 4, o ? dd : sd, dnnl_f32, tags[i]));
+            if (dnnl_memory_desc_equal(&t, &e->md[3 + o])) e->blk = i == 0 ? (o ? k->oc : k->c) : i == 1 ? 16 : 8;
+        }
     }
-    if (!e->blk) CV_CHECK(reorder_of(&e->rdst, &e->md[5], &e->md[2], eng));
+    for (int i = 0; i < 3; i++) {
+        if (i == e->out && e->blk) continue;
+        if (i == e->out) CV_CHECK(reorder_of(&e->re[i], &e->md[3 + i], &e->md[i], eng));
+        else CV_CHECK(reorder_of(&e->re[i], &e->md[i], &e->md[3 + i], eng));
+    }
     dnnl_primitive_desc_destroy(pd);
     e->used = true;
     return FL_OK;
@@ -141,9 +188,9 @@ static void *cv_alloc(const dnnl_memory_desc_t *md) {
     return aligned_alloc(64, n ? n : 64);
 }
 
-/* one execution of p with two or three memories */
+/* one execution of p with two to four memories */
 static fl_status cv_exec(dnnl_primitive_t p, dnnl_stream_t str, int n, const int *arg, dnnl_memory_t const *mem) {
-    dnnl_exec_arg_t a[3];
+    dnnl_exec_arg_t a[4];
     for (int i = 0; i < n; i++) a[i] = (dnnl_exec_arg_t){ arg[i], mem[i] };
     dnnl_status_t s = dnnl_primitive_execute(p, str, n, a);
     if (s == dnnl_success) s = dnnl_stream_wait(str);
@@ -152,9 +199,10 @@ static fl_status cv_exec(dnnl_primitive_t p, dnnl_stream_t str, int n, const int
 }
 
 /* y [m, oc, hw] from b, its blocks of bs channels ([m, ⌈oc/bs⌉, hw, bs], the last block's spare channels skipped;
- * NHWC is one block of oc): a copy, 16 positions of a block at a time (16 rows of bs channels read, 16 floats of
- * each channel's plane written), where oneDNN 2.6's reorder ran it at about a third of the memory's speed */
-static void unblock(float *y, const float *b, int64_t m, int64_t oc, int64_t hw, int64_t bs) {
+ * NHWC is one block of oc), plus bias[channel] where bias is given (the forward's: one fp32 addition, as conv_cols.c
+ * added it after): a copy, 16 positions of a block at a time (16 rows of bs channels read, 16 floats of each channel's
+ * plane written), where oneDNN 2.6's reorder ran it at about a third of the memory's speed */
+static void unblock(float *y, const float *b, const float *bias, int64_t m, int64_t oc, int64_t hw, int64_t bs) {
     const int64_t nbk = (oc + bs - 1) / bs;
     #pragma omp parallel for collapse(2) schedule(static) if (m * oc * hw >= (INT64_C(1) << 16))
     for (int64_t n = 0; n < m; n++)
@@ -164,26 +212,32 @@ static void unblock(float *y, const float *b, int64_t m, int64_t oc, int64_t hw,
             float *dst = y + (n * oc + cb * bs) * hw;
             for (int64_t l0 = 0; l0 < hw; l0 += 16) {
                 const int64_t le = hw - l0 < 16 ? hw - l0 : 16;
-                for (int64_t j = 0; j < nc; j++)
-                    for (int64_t l = l0; l < l0 + le; l++) dst[j * hw + l] = src[l * bs + j];
+                for (int64_t j = 0; j < nc; j++) {
+                    if (bias) {
+                        const float bj = bias[cb * bs + j];
+                        for (int64_t l = l0; l < l0 + le; l++) dst[j * hw + l] = src[l * bs + j] + bj;
+                    } else {
+                        for (int64_t l = l0; l < l0 + le; l++) dst[j * hw + l] = src[l * bs + j];
+                    }
+                }
             }
         }
 }
 
-/* m samples: x [m, C, H, W] → y [m, OC, oh, ow] by e's primitives */
-static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, const float *x, const float *w, float *y) {
+/* m samples by e's primitives: user = { src, weights, dst } in the plain layouts (the written one e->out), db the
+ * bias's gradient (CV_BWD_WB), bias the forward's bias where unblock adds it (*biased: it did) */
+static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void *const user[3], float *db,
+                        const float *bias, bool *biased) {
     fl_status st = FL_OK;
     void *buf[3] = { NULL, NULL, NULL };
-    dnnl_memory_t plain[3] = { NULL, NULL, NULL }, kern[3] = { NULL, NULL, NULL };
-    void *user[3] = { (void *)x, (void *)w, y };
-    dnnl_primitive_t re[3] = { e->rsrc, e->rwei, e->rdst };
-    const bool unblk = e->blk != 0;
+    dnnl_memory_t plain[3] = { NULL, NULL, NULL }, kern[3] = { NULL, NULL, NULL }, mb = NULL;
+    const int o = e->out;
     for (int i = 0; i < 3 && st == FL_OK; i++) {
         if (dnnl_memory_create(&plain[i], &e->md[i], eng, user[i]) != dnnl_success) {
             st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
             break;
         }
-        if (!re[i] && !(i == 2 && unblk)) { kern[i] = plain[i]; continue; }
+        if (!e->re[i] && !(i == o && e->blk)) { kern[i] = plain[i]; continue; }
         if (!(buf[i] = cv_alloc(&e->md[3 + i]))) {
             st = FL_ERR(FL_ENOMEM, "conv2d: out of memory for oneDNN's blocked copy (%zu bytes)",
                         dnnl_memory_desc_get_size(&e->md[3 + i]));
@@ -192,54 +246,160 @@ static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, const
         if (dnnl_memory_create(&kern[i], &e->md[3 + i], eng, buf[i]) != dnnl_success)
             st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
     }
-    const int rarg[2] = { DNNL_ARG_FROM, DNNL_ARG_TO }, carg[3] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
-    for (int i = 0; i < 2 && st == FL_OK; i++)
-        if (re[i]) st = cv_exec(re[i], str, 2, rarg, (dnnl_memory_t[]){ plain[i], kern[i] });
-    if (st == FL_OK) st = cv_exec(e->conv, str, 3, carg, kern);
-    if (st == FL_OK && re[2]) st = cv_exec(re[2], str, 2, rarg, (dnnl_memory_t[]){ kern[2], plain[2] });
-    if (st == FL_OK && unblk) {
-        const dnnl_dim_t *d = e->md[2].dims;
-        unblock(y, buf[2], d[0], d[1], d[2] * d[3], e->blk);
+    if (st == FL_OK && e->key.kind == CV_BWD_WB && dnnl_memory_create(&mb, &e->md[6], eng, db) != dnnl_success)
+        st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
+    static const int args[4][4] = {
+        { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST },
+        { DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST },
+        { DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST },
+        { DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_BIAS },
+    };
+    const int rarg[2] = { DNNL_ARG_FROM, DNNL_ARG_TO };
+    for (int i = 0; i < 3 && st == FL_OK; i++)
+        if (i != o && e->re[i]) st = cv_exec(e->re[i], str, 2, rarg, (dnnl_memory_t[]){ plain[i], kern[i] });
+    if (st == FL_OK)
+        st = cv_exec(e->conv, str, mb ? 4 : 3, args[e->key.kind], (dnnl_memory_t[]){ kern[0], kern[1], kern[2], mb });
+    if (st == FL_OK && e->re[o]) st = cv_exec(e->re[o], str, 2, rarg, (dnnl_memory_t[]){ kern[o], plain[o] });
+    *biased = false;
+    if (st == FL_OK && e->blk) {
+        const dnnl_dim_t *d = e->md[o].dims;
+        unblock(user[o], buf[o], bias, d[0], d[1], d[2] * d[3], e->blk);
+        *biased = bias != NULL;
     }
     for (int i = 0; i < 3; i++) {
         if (kern[i] && kern[i] != plain[i]) dnnl_memory_destroy(kern[i]);
         if (plain[i]) dnnl_memory_destroy(plain[i]);
         free(buf[i]);
     }
+    if (mb) dnnl_memory_destroy(mb);
     return st;
 }
 
-fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H, int64_t W,
-                            int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh, int64_t ow, bool *ran) {
-    *ran = false;
-    /* A padding wider than the image is the columns': oneDNN's kernels work over the padded plane, in time and memory
-     * (a 3×3 image padded by 2^22 with a stride of 2^22 took 7.5 s and 540 MB there, 2^26 more than 30 s and 2 GB,
-     * not interruptible, and the same with a dilation of 2^26 beside it; the columns 0.05 s), where the columns make
-     * only the windows. Within the image's extent the padded plane is at most three times the image. */
+/* A padding wider than the image is the columns': oneDNN's kernels work over the padded plane, in time and memory (a
+ * 3×3 image padded by 2^22 with a stride of 2^22 took 7.5 s and 540 MB there, 2^26 more than 30 s and 2 GB, not
+ * interruptible, and the same with a dilation of 2^26 beside it; the columns 0.05 s), where the columns make only the
+ * windows. Within the image's extent the padded plane is at most three times the image. */
+static bool cv_wide_padding(int64_t H, int64_t W, const int64_t geo[10]) {
     const int64_t extent[2] = { H, W };
     for (int i = 0; i < 4; i++)
-        if (geo[6 + i] > extent[i / 2]) return FL_OK;
-    void *ve, *vs;
-    FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
-    const dnnl_engine_t eng = ve;
-    const dnnl_stream_t str = vs;
+        if (geo[6 + i] > extent[i / 2]) return true;
+    return false;
+}
+
+/* the primitives of kind for a whole chunk of *nb samples and for the last one (e[1]), both asked before anything is
+ * written; *ok where oneDNN has a direct kernel for both */
+static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, int64_t N, int64_t C, int64_t H,
+                           int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh, int64_t ow,
+                           dnnl_engine_t eng) {
     const int64_t per = C * H * W + OC * oh * ow;   /* a sample's input and output elements */
-    int64_t nb = CV_CHUNK / (per > 0 ? per : 1);
-    nb = nb < 1 ? 1 : nb > N ? N : nb;
-    /* the primitives for a whole chunk and for the last one, both asked before anything is written */
-    cv_key k[2] = { { nb, C, H, W, OC, groups, { 0 } }, { N % nb ? N % nb : nb, C, H, W, OC, groups, { 0 } } };
+    int64_t b = CV_CHUNK / (per > 0 ? per : 1);
+    b = b < 1 ? 1 : b > N ? N : b;
+    *nb = b;
+    cv_key k[2] = { { b, C, H, W, OC, groups, { 0 }, kind }, { N % b ? N % b : b, C, H, W, OC, groups, { 0 }, kind } };
     memcpy(k[0].geo, geo, sizeof k[0].geo);
     memcpy(k[1].geo, geo, sizeof k[1].geo);
-    cv_entry *e[2] = { NULL, NULL };
+    e[0] = e[1] = NULL;
     fl_status st = cv_get(&e[0], &k[0], eng);
     if (st == FL_OK) st = cv_get(&e[1], &k[1], eng);
-    if (st == FL_OK && !e[0]->unimpl && !e[1]->unimpl) {
+    *ok = st == FL_OK && !e[0]->unimpl && !e[1]->unimpl;
+    return st;
+}
+
+fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
+                            int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                            int64_t ow, bool *ran) {
+    *ran = false;
+    if (cv_wide_padding(H, W, geo)) return FL_OK;
+    void *ve, *vs;
+    FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
+    cv_entry *e[2];
+    int64_t nb;
+    bool ok, biased = false;
+    fl_status st = cv_chunks(e, &nb, &ok, CV_FWD, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    if (ok) {
         *ran = true;
         for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
+            void *const user[3] = { (void *)(x + n0 * C * H * W), (void *)w, y + n0 * OC * oh * ow };
             st = fl_check_interrupt();
-            if (st == FL_OK) st = cv_run(e[N - n0 < nb], eng, str, x + n0 * C * H * W, w, y + n0 * OC * oh * ow);
+            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, NULL, bias, &biased);
+            if (st == FL_OK && bias && !biased) {   /* (a layout oneDNN's reorder copied back: the bias after) */
+                float *yv = y + n0 * OC * oh * ow;
+                const int64_t m = N - n0 < nb ? N - n0 : nb, L = oh * ow;
+                for (int64_t q = 0; q < m * OC; q++) {
+                    const float bq = bias[q % OC];
+                    for (int64_t l = 0; l < L; l++) yv[q * L + l] += bq;
+                }
+            }
         }
     }
+    fl_cpu_dnnl_release();
+    return st;
+}
+
+fl_status fl_cpu_conv2d_f32_bwd_data(float *dx, const float *dy, const float *w, int64_t N, int64_t C, int64_t H,
+                                     int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                                     int64_t ow, bool *ran) {
+    *ran = false;
+    /* declined, by measurement (docs/performance.md, "conv2d's backward by oneDNN"): a 1×1 kernel (jit_1x1's
+     * reorders of the image cost more than the columns' GEMM: 1.2-1.35× their time) and a first layer's (one group
+     * of under 16 channels: oneDNN's blocked input gradient of 3 channels took 2× the columns' time) */
+    if ((geo[0] == 1 && geo[1] == 1) || (groups == 1 && C < 16) || cv_wide_padding(H, W, geo)) return FL_OK;
+    void *ve, *vs;
+    FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
+    cv_entry *e[2];
+    int64_t nb;
+    bool ok, biased;
+    fl_status st = cv_chunks(e, &nb, &ok, CV_BWD_D, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    if (ok) {
+        *ran = true;
+        for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
+            void *const user[3] = { dx + n0 * C * H * W, (void *)w, (void *)(dy + n0 * OC * oh * ow) };
+            st = fl_check_interrupt();
+            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, NULL, NULL, &biased);
+        }
+    }
+    fl_cpu_dnnl_release();
+    return st;
+}
+
+fl_status fl_cpu_conv2d_f32_bwd_weights(float *dw, float *db, const float *x, const float *dy, int64_t N, int64_t C,
+                                        int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
+                                        int64_t oh, int64_t ow, bool *ran) {
+    *ran = false;
+    /* declined, by measurement: a 1×1 kernel (as the input's gradient) */
+    if ((geo[0] == 1 && geo[1] == 1) || cv_wide_padding(H, W, geo)) return FL_OK;
+    void *ve, *vs;
+    FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
+    cv_entry *e[2];
+    int64_t nb;
+    bool ok, biased;
+    fl_status st = cv_chunks(e, &nb, &ok, db ? CV_BWD_WB : CV_BWD_W, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    const int64_t wn = OC * (C / groups) * geo[0] * geo[1], nv = wn + (db ? OC : 0);
+    float *part = NULL;     /* a chunk's gradients (the weight's, then the bias's) where there are several chunks */
+    double *acc = NULL;     /* their sum, in chunk order */
+    if (ok && nb < N) {
+        part = malloc((size_t)nv * sizeof *part);
+        acc = calloc((size_t)nv, sizeof *acc);
+        if (!part || !acc)
+            st = FL_ERR(FL_ENOMEM, "conv2d: out of memory for the weight's gradient (%lld values)", (long long)nv);
+    }
+    if (ok && st == FL_OK) {
+        *ran = true;
+        for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
+            float *pw = part ? part : dw, *pb = part ? part + wn : db;
+            void *const user[3] = { (void *)(x + n0 * C * H * W), pw, (void *)(dy + n0 * OC * oh * ow) };
+            st = fl_check_interrupt();
+            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, pb, NULL, &biased);
+            if (st == FL_OK && part)
+                for (int64_t j = 0; j < nv; j++) acc[j] += (double)part[j];
+        }
+        if (st == FL_OK && part) {
+            for (int64_t j = 0; j < wn; j++) dw[j] = (float)acc[j];
+            for (int64_t j = wn; j < nv; j++) db[j - wn] = (float)acc[j];
+        }
+    }
+    free(part);
+    free(acc);
     fl_cpu_dnnl_release();
     return st;
 }
@@ -249,23 +409,49 @@ fl_status fl_cpu_conv2d_f32_route(bool *direct, bool *in_place, int64_t N, int64
     *direct = *in_place = false;
     void *ve, *vs;
     FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
-    cv_key k = { N, C, H, W, OC, groups, { 0 } };
+    cv_key k = { N, C, H, W, OC, groups, { 0 }, CV_FWD };
     memcpy(k.geo, geo, sizeof k.geo);
     cv_entry *e = NULL;
     fl_status st = cv_get(&e, &k, ve);
-    if (st == FL_OK && !e->unimpl) *direct = true, *in_place = e->rsrc == NULL;
+    if (st == FL_OK && !e->unimpl) *direct = true, *in_place = e->re[0] == NULL;
     fl_cpu_dnnl_release();
     return st;
 }
 
-/* The device entry (device.h, conv2d_direct): the shapes read from the tensors, which conv_cols.c made contiguous
+/* not a geometry of the direct route (the columns): the tensors are contiguous fp32 4-D (conv_cols.c makes them so) */
+static bool cv_plain(const fl_tensor *t) {
+    return t->dtype == FL_F32 && t->ndim == 4 && fl_tensor_is_contiguous(t);
+}
+
+/* The device entries (device.h, conv2d_direct*): the shapes read from the tensors, which conv_cols.c made contiguous
  * fp32 on the CPU */
-fl_status fl_cpu_dev_conv2d_direct(fl_tensor *y, const fl_tensor *x, const fl_tensor *w, int64_t groups,
-                                   const int64_t *geo, bool *ran) {
+fl_status fl_cpu_dev_conv2d_direct(fl_tensor *y, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
+                                   int64_t groups, const int64_t *geo, bool *ran) {
     *ran = false;
-    if (x->dtype != FL_F32 || w->dtype != FL_F32 || y->dtype != FL_F32 || x->ndim != 4 || w->ndim != 4 ||
-        y->ndim != 4 || !fl_tensor_is_contiguous(x) || !fl_tensor_is_contiguous(w) || !fl_tensor_is_contiguous(y))
-        return FL_OK;   /* not a geometry of this route: the columns */
-    return fl_cpu_conv2d_f32(fl_tensor_data(y), fl_tensor_data(x), fl_tensor_data(w), x->shape[0], x->shape[1],
-                             x->shape[2], x->shape[3], y->shape[1], groups, geo, y->shape[2], y->shape[3], ran);
+    if (!cv_plain(x) || !cv_plain(w) || !cv_plain(y) ||
+        (b && (b->dtype != FL_F32 || b->ndim != 1 || b->shape[0] != y->shape[1] || !fl_tensor_is_contiguous(b))))
+        return FL_OK;
+    return fl_cpu_conv2d_f32(fl_tensor_data(y), fl_tensor_data(x), fl_tensor_data(w), b ? fl_tensor_data(b) : NULL,
+                             x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], groups, geo, y->shape[2],
+                             y->shape[3], ran);
+}
+
+fl_status fl_cpu_dev_conv2d_direct_bwd_data(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, int64_t groups,
+                                            const int64_t *geo, bool *ran) {
+    *ran = false;
+    if (!cv_plain(dx) || !cv_plain(dy) || !cv_plain(w)) return FL_OK;
+    return fl_cpu_conv2d_f32_bwd_data(fl_tensor_data(dx), fl_tensor_data(dy), fl_tensor_data(w), dx->shape[0],
+                                      dx->shape[1], dx->shape[2], dx->shape[3], dy->shape[1], groups, geo,
+                                      dy->shape[2], dy->shape[3], ran);
+}
+
+fl_status fl_cpu_dev_conv2d_direct_bwd_weights(fl_tensor *dw, fl_tensor *db, const fl_tensor *x, const fl_tensor *dy,
+                                               int64_t groups, const int64_t *geo, bool *ran) {
+    *ran = false;
+    if (!cv_plain(dw) || !cv_plain(x) || !cv_plain(dy) ||
+        (db && (db->dtype != FL_F32 || db->ndim != 1 || db->shape[0] != dy->shape[1] || !fl_tensor_is_contiguous(db))))
+        return FL_OK;
+    return fl_cpu_conv2d_f32_bwd_weights(fl_tensor_data(dw), db ? fl_tensor_data(db) : NULL, fl_tensor_data(x),
+                                         fl_tensor_data(dy), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                                         dy->shape[1], groups, geo, dy->shape[2], dy->shape[3], ran);
 }

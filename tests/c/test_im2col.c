@@ -132,7 +132,7 @@ TEST(conv2d_fp32_direct_vs_loops) {
         for (int64_t i = 0; i < N * OC * oh * ow; i++) yd[i] = NAN;
         const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
         bool ran = false;
-        REQUIRE_OK(fl_cpu_conv2d_f32(yd, xv, wv, N, C, H, W, OC, gr, geo, oh, ow, &ran));
+        REQUIRE_OK(fl_cpu_conv2d_f32(yd, xv, wv, NULL, N, C, H, W, OC, gr, geo, oh, ow, &ran));
         const float *yv = fl_tensor_data(y);
         for (int64_t n = 0; n < N; n++)
             for (int64_t o = 0; o < OC; o++)
@@ -157,6 +157,94 @@ TEST(conv2d_fp32_direct_vs_loops) {
         if (t == 0) CHECK(ran, "case 0: oneDNN's direct convolution was expected to run");
         free(yd);
         fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(b); fl_tensor_release(y);
+    }
+}
+
+/* conv2d's fp32 gradients by oneDNN's backward primitives (cpu/cpu_conv.c, stop 99): dx, dw and db against sums in
+ * double (each within its fp32 sum's bound), every element written where the entry ran (NaN-filled first), nothing
+ * where it declined; Ctrl-C between chunks stops both with FL_EINTR, the flag cleared */
+TEST(conv2d_fp32_direct_backward_vs_loops) {
+    /* must: the primitives expected to run (1 backward data, 2 backward weights): a first layer's input gradient and
+     * a 1×1 kernel's gradients are the columns' by measurement */
+    static const struct { int64_t N, C, OC, H, W, groups; fl_window g; int must; } cs[] = {
+        { 3, 5, 5, 9, 7, 1, { 3, 2, 2, 1, 1, 2, 1, 0, 2, 1, 0 }, 0 },   /* 5 channels: a block, part spare */
+        { 2, 16, 24, 8, 8, 1, { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0 }, 3 },   /* 3×3, "same" */
+        { 2, 16, 8, 7, 8, 1, { 3, 3, 1, 2, 1, 1, 2, 0, 0, 1, 0 }, 3 },    /* asymmetric padding and strides */
+        { 2, 32, 16, 9, 9, 1, { 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0 }, 3 },   /* stride 2 */
+        { 2, 3, 16, 10, 10, 1, { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0 }, 2 },  /* a first layer */
+        { 2, 32, 16, 9, 9, 1, { 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0 }, 0 },   /* 1×1, stride 2: declined */
+        { 2, 4, 6, 8, 8, 2, { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0 }, 0 },     /* groups */
+        { 1, 3, 17, 12, 11, 1, { 5, 4, 3, 2, 1, 1, 2, 3, 0, 1, 0 }, 0 },
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const fl_window *g = &cs[t].g;
+        const int64_t N = cs[t].N, C = cs[t].C, OC = cs[t].OC, H = cs[t].H, W = cs[t].W, gr = cs[t].groups;
+        const int64_t cg = C / gr, ocg = OC / gr, KK = g->kh * g->kw;
+        const int64_t oh = (H + g->pt + g->pb - g->dh * (g->kh - 1) - 1) / g->sh + 1;
+        const int64_t ow = (W + g->pl + g->pr - g->dw * (g->kw - 1) - 1) / g->sw + 1;
+        fl_tensor *x = filled(N, C, H, W, (unsigned)t + 1), *w = filled(OC, cg, g->kh, g->kw, (unsigned)t + 7);
+        fl_tensor *gy = filled(N, OC, oh, ow, (unsigned)t + 3);
+        REQUIRE(x && w && gy, "alloc");
+        const float *xv = fl_tensor_data(x), *wv = fl_tensor_data(w), *gv = fl_tensor_data(gy);
+        const int64_t nx = N * C * H * W, nw = OC * cg * KK;
+        double *rx = calloc((size_t)nx, sizeof *rx), *mx = calloc((size_t)nx, sizeof *mx);
+        double *rw = calloc((size_t)nw, sizeof *rw), *mw = calloc((size_t)nw, sizeof *mw);
+        double *rb = calloc((size_t)OC, sizeof *rb), *mb = calloc((size_t)OC, sizeof *mb);
+        float *dx = malloc((size_t)nx * sizeof *dx), *dw = malloc((size_t)nw * sizeof *dw);
+        float *db = malloc((size_t)OC * sizeof *db);
+        REQUIRE(rx && mx && rw && mw && rb && mb && dx && dw && db, "alloc");
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t o = 0; o < OC; o++)
+                for (int64_t l = 0; l < oh * ow; l++) {
+                    const double gval = gv[(n * OC + o) * oh * ow + l];
+                    rb[o] += gval, mb[o] += fabs(gval);
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t k = 0; k < KK; k++) {
+                            const int64_t i = k / g->kw, j = k % g->kw, oy = l / ow, ox = l % ow;
+                            const int64_t iy = oy * g->sh + i * g->dh - g->pt, ix = ox * g->sw + j * g->dw - g->pl;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                            const int64_t xi = ((n * C + (o / ocg) * cg + c) * H + iy) * W + ix;
+                            const int64_t wi = (o * cg + c) * KK + k;
+                            rx[xi] += gval * wv[wi], mx[xi] += fabs(gval * wv[wi]);
+                            rw[wi] += gval * xv[xi], mw[wi] += fabs(gval * xv[xi]);
+                        }
+                }
+        const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
+        for (int64_t i = 0; i < nx; i++) dx[i] = NAN;
+        for (int64_t i = 0; i < nw; i++) dw[i] = NAN;
+        for (int64_t i = 0; i < OC; i++) db[i] = NAN;
+        bool ran_d = false, ran_w = false;
+        REQUIRE_OK(fl_cpu_conv2d_f32_bwd_data(dx, gv, wv, N, C, H, W, OC, gr, geo, oh, ow, &ran_d));
+        REQUIRE_OK(fl_cpu_conv2d_f32_bwd_weights(dw, db, xv, gv, N, C, H, W, OC, gr, geo, oh, ow, &ran_w));
+        CHECK((ran_d || !(cs[t].must & 1)) && (ran_w || !(cs[t].must & 2)),
+              "case %zu: oneDNN's backward primitives were expected to run (data %d, weights %d)", t, ran_d, ran_w);
+        if (t == 5) CHECK(!ran_d && !ran_w, "case 5: a 1×1 kernel's gradients were expected from the columns");
+        for (int64_t i = 0; i < nx; i++) {
+            const double bound = (double)(ocg * KK + 1) * 0x1p-24 * mx[i] + 1e-30;
+            if (ran_d) CHECK(fabs(dx[i] - rx[i]) <= bound, "case %zu: dx[%lld] %.9g, want %.9g", t, (long long)i,
+                             dx[i], rx[i]);
+            else CHECK(isnan(dx[i]), "case %zu: declined but wrote dx[%lld]", t, (long long)i);
+        }
+        for (int64_t i = 0; i < nw + OC; i++) {
+            const bool isb = i >= nw;
+            const double got = isb ? db[i - nw] : dw[i], want = isb ? rb[i - nw] : rw[i];
+            const double bound = (double)(N * oh * ow + 1) * 0x1p-24 * (isb ? mb[i - nw] : mw[i]) + 1e-30;
+            if (ran_w) CHECK(fabs(got - want) <= bound, "case %zu: %s[%lld] %.9g, want %.9g", t, isb ? "db" : "dw",
+                             (long long)(isb ? i - nw : i), got, want);
+            else CHECK(isnan(got), "case %zu: declined but wrote the %s", t, isb ? "bias's gradient" : "weight's");
+        }
+        if (cs[t].must & 1) {
+            fl_interrupt_set();
+            CHECK(fl_cpu_conv2d_f32_bwd_data(dx, gv, wv, N, C, H, W, OC, gr, geo, oh, ow, &ran_d) == FL_EINTR &&
+                  !fl_interrupt_pending(), "case %zu: backward data went on past Ctrl-C", t);
+        }
+        if (cs[t].must & 2) {
+            fl_interrupt_set();
+            CHECK(fl_cpu_conv2d_f32_bwd_weights(dw, NULL, xv, gv, N, C, H, W, OC, gr, geo, oh, ow, &ran_w) ==
+                  FL_EINTR && !fl_interrupt_pending(), "case %zu: backward weights went on past Ctrl-C", t);
+        }
+        free(rx); free(mx); free(rw); free(mw); free(rb); free(mb); free(dx); free(dw); free(db);
+        fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(gy);
     }
 }
 

@@ -2,8 +2,9 @@
 -- scatter_add over fp32 flat positions that F.unfold, F.fold, the convolutions, the poolings and the transposed
 -- convolutions were made of until 2026-12-06 (kept here as the reference): the same bits, forward and backward, on
 -- random geometries (strides, paddings, dilations, groups, ceil_mode, bf16, unbatched, non-contiguous, empty), and
--- their refusals of bad arguments. (An fp32 conv2d's forward, oneDNN's direct convolution since stop 98, is within
--- its sums' rounding of the reference, not its bits; its gradients keep the bits.)
+-- their refusals of bad arguments. (An fp32 conv2d's forward, oneDNN's direct convolution since stop 98, and its
+-- gradients, oneDNN's backward primitives since stop 99, are within their sums' rounding of the reference, not its
+-- bits.)
 local U = dofile("tests/spec/helpers/util.lua")
 local F = fp8.nn.functional
 local NN = require("fp8.core")._nn
@@ -97,13 +98,19 @@ local function close_values(what, a, b)
   end
 end
 
--- fp32_fwd_close: an fp32 forward compared by close_values (the conv2d's direct route), the gradients by their bits
-local function same_with_grads(what, f, g, inputs, seed, fp32_fwd_close)
+-- fp32_close: an fp32 forward and its gradients compared by close_values (the conv2d's direct route: its forward
+-- since stop 98, its backward by oneDNN's backward primitives since stop 99; convbwd_spec checks those gradients
+-- against the definition in doubles), else by their bits
+local function same_with_grads(what, f, g, inputs, seed, fp32_close)
   local y1, g1 = with_grads(f, inputs, seed)
   local y2, g2 = with_grads(g, inputs, seed)
-  if fp32_fwd_close and y1:dtype() == "fp32" then close_values(what .. " (forward)", y1, y2)
+  local close = fp32_close and y1:dtype() == "fp32"
+  if close then close_values(what .. " (forward)", y1, y2)
   else same_bits(what .. " (forward)", y1, y2) end
-  for i = 1, #inputs do same_bits(("%s (gradient %d)"):format(what, i), g1[i], g2[i]) end
+  for i = 1, #inputs do
+    if close then close_values(("%s (gradient %d)"):format(what, i), g1[i], g2[i])
+    else same_bits(("%s (gradient %d)"):format(what, i), g1[i], g2[i]) end
+  end
 end
 
 -- ---- the ops -----------------------------------------------------------------------------------------------------

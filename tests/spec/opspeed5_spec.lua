@@ -1,11 +1,12 @@
 -- Changed on 2026-12-07 (stop 98): conv2d's fp32 forward on the CPU runs oneDNN's direct convolution
 -- (core/cpu/cpu_conv.c; docs/performance.md, "conv2d and the ops stop 97 left slow (stop 98)") where it made columns
--- and a GEMM (core/conv_cols.c, still the route of a 1×1 kernel at stride 1 without padding, of bf16/fp16 and of the
--- backward). Each output's products are summed in oneDNN's kernel's order, so the values are not the columns' bits:
+-- and a GEMM (core/conv_cols.c, still the route of a 1×1 kernel at stride 1 without padding and of bf16/fp16; of the
+-- backward until stop 99). Each output's products are summed in oneDNN's kernel's order, so the values are not the columns' bits:
 -- these cases compare against the convolution's definition summed in Lua's doubles (within the fp32 sum's error bound
 -- K·2^-24·Σ|x·w|, K the products an output sums), over groups, dilations, strides, asymmetric and mode padding,
 -- strided views and a bias, and check that the forward recorded for a gradient is the one without, that the chunks of
--- samples give each sample's own bits, and that the gradients are still the columns route's.
+-- samples give each sample's own bits, and the gradients against doubles (oneDNN's backward primitives since stop 99:
+-- convbwd_spec).
 local F, nn = fp8.nn.F, fp8.nn
 
 local function flat(t) return t:float():contiguous():view(-1):tolist() end
@@ -81,7 +82,7 @@ describe("conv2d's fp32 forward by oneDNN's direct convolution (stop 98)", funct
     assert_close("conv1d", y1, want, mag, 15)
   end)
 
-  it("gives the same forward with a gradient recorded, and the columns route's gradients", function()
+  it("gives the same forward with a gradient recorded, and the gradients of the definition", function()
     fp8.manual_seed(11)
     local x, w, b = fp8.randn { 3, 4, 9, 8 }, fp8.randn { 6, 2, 3, 3 }, fp8.randn { 6 }
     local o = { stride = { 1, 2 }, padding = { 1, 2 }, dilation = { 2, 1 }, groups = 2 }

@@ -244,6 +244,52 @@ function U.ref_conv2d(x, w, b, s, d, pads, g)
   return y, mag, { N, OC, oh, ow }
 end
 
+-- conv2d's gradients in doubles for the output gradient gy ([N, OC, oh, ow]): the adjoint of U.ref_conv2d's sums.
+-- dx[n, ci, h, w] = Σ gy·w over the outputs that read it, dw[o, c, p, q] = Σ_n,i,j gy·x, db[o] = Σ gy; each with
+-- its Σ|term| (for U.conv_close) and the most terms one of its elements sums (dx, dw, db).
+function U.ref_conv2d_bwd(x, w, gy, s, d, pads, g)
+  local function flat(t) return t:float():contiguous():view(-1):tolist() end
+  local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
+  local OC, cg, kh, kw = w:size(1), w:size(2), w:size(3), w:size(4)
+  local oh, ow = gy:size(3), gy:size(4)
+  local xv, wv, gv = flat(x), flat(w), flat(gy)
+  local dx, dxm, dw, dwm, db, dbm = {}, {}, {}, {}, {}, {}
+  for i = 1, N * C * H * W do dx[i], dxm[i] = 0.0, 0.0 end
+  for i = 1, OC * cg * kh * kw do dw[i], dwm[i] = 0.0, 0.0 end
+  for i = 1, OC do db[i], dbm[i] = 0.0, 0.0 end
+  local ocg = OC // g
+  for n = 0, N - 1 do
+    for o = 0, OC - 1 do
+      local grp = o // ocg
+      for i = 0, oh - 1 do
+        for j = 0, ow - 1 do
+          local gval = gv[((n * OC + o) * oh + i) * ow + j + 1]
+          db[o + 1], dbm[o + 1] = db[o + 1] + gval, dbm[o + 1] + math.abs(gval)
+          for c = 0, cg - 1 do
+            local ci = grp * cg + c
+            for p = 0, kh - 1 do
+              local hi = i * s[1] - pads[1] + p * d[1]
+              if hi >= 0 and hi < H then
+                for q = 0, kw - 1 do
+                  local wi = j * s[2] - pads[3] + q * d[2]
+                  if wi >= 0 and wi < W then
+                    local xi, wk = ((n * C + ci) * H + hi) * W + wi + 1, ((o * cg + c) * kh + p) * kw + q + 1
+                    local tx, tw = gval * wv[wk], gval * xv[xi]
+                    dx[xi], dxm[xi] = dx[xi] + tx, dxm[xi] + math.abs(tx)
+                    dw[wk], dwm[wk] = dw[wk] + tw, dwm[wk] + math.abs(tw)
+                  end
+                end
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+  return { dx = dx, dxm = dxm, dw = dw, dwm = dwm, db = db, dbm = dbm,
+           K = { ocg * kh * kw, N * oh * ow, N * oh * ow } }
+end
+
 -- A conv's result (a tensor) against U.ref_conv2d's list want, within the fp32 sum's error bound
 -- (K + 1)·2^-24·Σ|x·w| per element (mag), K the products an output sums.
 function U.conv_close(what, got, want, mag, K)
