@@ -174,6 +174,19 @@ describe("a MultiplicativeLR loaded far along", function()
     c:step()
     assert.is_true(close(o.param_groups[1].lr, 0.5 * MULT(1) * MULT(2) * MULT(3)), tostring(o.param_groups[1].lr))
   end)
+  it("and a last_epoch written that step cannot add 1 to is refused, naming it", function()
+    -- (math.huge made the product multiply its lambda for ever; a function was Lua's own arithmetic error)
+    local s = L.MultiplicativeLR(sgd(1), MULT)
+    for _, v in ipairs { math.huge, 0 / 0, -2, "3", U.lying } do
+      s.last_epoch = v
+      for _, f in ipairs { s.step, s.get_lr } do
+        local ok, err = U.ends(f, s)
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("MultiplicativeLR:" .. (f == s.step and "step" or "get_lr")
+          .. ": last_epoch must be an integer >= -1, got", 1, true), err)
+      end
+    end
+  end)
   it("in a ChainedScheduler and a SequentialLR too", function()
     local o = sgd(1)
     -- (a LinearLR past its end: its factor 1; a StepLR's 0.5^(2^39) is 0 there, where the chain's lr is 0: the closed

@@ -72,6 +72,16 @@ local function is_options(v) return type(v) == "table" and not is_list(v) end
 
 local Scheduler = {}
 local resume_products   -- (with load_state_dict, below; step and get_lr call it)
+-- sched.last_epoch as a user may have written it, where step() adds 1 to it or get_lr() reads it: a number >= -1 below
+-- 2^63 (a float too: torch's takes one). Anything else was Lua's own "attempt to perform arithmetic on a function
+-- value" at this file's line, and math.huge made a MultiplicativeLR multiply its lambda for ever (its product from the
+-- step it held up to inf; stop 99). Raises at level 3 (the method's caller).
+local function check_epoch(self, fname)
+  local e = rawget(self, "last_epoch")
+  if type(e) ~= "number" or not (e >= -1 and e < 2 ^ 63) then
+    error(("%s: last_epoch must be an integer >= -1, got %s"):format(fname, O.got(e)), 3)
+  end
+end
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 -- torch's schedulers keep their settings as attributes their get_lr reads, so a loop may change one mid-run
 -- (sched.T_max = 200 to train longer, sched.gamma = 0.5). Each schedule here is a closed form its constructor made,
@@ -234,6 +244,7 @@ function Scheduler:get_lr()
   -- member's factor counts as 1: lr_fn's 4th argument, and the other members scale it, as torch's chain).
   local bl = base_list(self, self.name)
   -- (called by itself at a last_epoch written by hand: a MultiplicativeLR's product is the groups' lr there, as step's)
+  if rawget(self, "_stepping_from") == nil then check_epoch(self, self.name .. ":get_lr") end
   local at = self.last_epoch
   if rawget(self, "_stepping_from") == nil and type(at) == "number" and at >= 0 and at < math.huge
       and rawget(self, "_stepped_at") ~= at then
@@ -373,6 +384,7 @@ function Scheduler:step(epoch)
     check_int(self.name .. ":step", "epoch", epoch, 0)
     self.last_epoch = epoch
   else
+    check_epoch(self, self.name .. ":step")
     self.last_epoch = self.last_epoch + 1
     if prev_pos ~= nil then self._pos = prev_pos + 1 end
   end
