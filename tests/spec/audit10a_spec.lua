@@ -232,7 +232,7 @@ describe("a scheduler's settings written mid-run", function()
       assert.is_false(ok, key)
       assert.matches(("%s: %s is set when the scheduler is made"):format(s.name, key), err, 1, true)
       assert.matches("load_state_dict(old:state_dict(), false)", err, 1, true)
-      assert.are.equal(before, s[key])
+      assert.are.same(before, s[key])   -- (a list setting reads as a copy since stop 99)
     end
     -- the settings it shows are read as before; its state is written as before (torch's too)
     local w = cases[4][1]

@@ -80,13 +80,16 @@ add("optim.lr_scheduler", "fp8.optim.lr_scheduler.warmup_cosine(opt, {warmup_ste
   .. "and get_scheduler(name, opt, num_warmup_steps, num_training_steps [, scheduler_specific_kwargs])\n"
   .. "(reduce_lr_on_plateau: ReduceLROnPlateau with scheduler_specific_kwargs).\n"
   .. "sched:step([epoch]) after opt:step() (SequentialLR, ChainedScheduler, MultiplicativeLR: step() only, as\n"
-  .. "torch's); sched:get_last_lr() → {lr, ...} (sched:get_lr(): the current step's\n"
-  .. "lrs, computed, not written); sched:state_dict() / sched:load_state_dict(sd) save and restore the step and\n"
-  .. "base lrs. Each schedule is a closed form of the step and the group's initial lr: an lr set by hand lasts\n"
-  .. "until the next sched:step() (torch's chainable StepLR would scale it). A group added later joins at the\n"
-  .. "current step: its lr is that step's in the schedules that multiply the lr step by step (StepLR, ...: the\n"
-  .. "later steps scale it, as torch's; past a PolynomialLR's end it keeps its lr), its base in the others. A\n"
-  .. "write of a scheduler's own settings (sched.gamma = 0.5, T_max, total_steps, ...) is refused: make a new one;\n"
-  .. "sched.gamma reads it. Their class (each one's metatable) is fp8.optim.lr_scheduler.LRScheduler, as torch's.")
+  .. "torch's); sched:get_last_lr() → {lr, ...} (sched:get_lr(): the current step's lrs, computed, not written);\n"
+  .. "sched:state_dict() / sched:load_state_dict(sd [, strict]) save and restore the step and base lrs, with\n"
+  .. "torch's keys (its settings, _last_lr; a state of torch's, as a plain table of its values, loads): a setting\n"
+  .. "a state holds is this scheduler's or refused, naming it (strict=false keeps this one's); a MultiplicativeLR\n"
+  .. "loaded goes on from the groups' lr, as torch's. Each schedule is a closed form of the step and the group's\n"
+  .. "initial lr: an lr set by hand lasts until the next sched:step() (torch's chainable StepLR would scale it). A\n"
+  .. "group added later joins at the current step: its lr is that step's in the schedules that multiply the lr\n"
+  .. "step by step (StepLR, ...: the later steps scale it, as torch's; past a PolynomialLR's end it keeps its lr),\n"
+  .. "its base in the others. A write of a scheduler's own settings (sched.gamma = 0.5, T_max, total_steps, ...)\n"
+  .. "is refused: make a new one; sched.gamma reads it. Their class (each one's metatable) is\n"
+  .. "fp8.optim.lr_scheduler.LRScheduler, as torch's.")
 
 return optim

@@ -71,6 +71,17 @@ local function is_list(v) return type(v) == "table" and next(v) ~= nil and rawge
 local function is_options(v) return type(v) == "table" and not is_list(v) end
 
 local Scheduler = {}
+local resume_products   -- (with load_state_dict, below; step and get_lr call it)
+-- sched.last_epoch as a user may have written it, where step() adds 1 to it or get_lr() reads it: a number >= -1 below
+-- 2^63 (a float too: torch's takes one). Anything else was Lua's own "attempt to perform arithmetic on a function
+-- value" at this file's line, and math.huge made a MultiplicativeLR multiply its lambda for ever (its product from the
+-- step it held up to inf; stop 99). Raises at level 3 (the method's caller).
+local function check_epoch(self, fname)
+  local e = rawget(self, "last_epoch")
+  if type(e) ~= "number" or not (e >= -1 and e < 2 ^ 63) then
+    error(("%s: last_epoch must be an integer >= -1, got %s"):format(fname, O.got(e)), 3)
+  end
+end
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 -- torch's schedulers keep their settings as attributes their get_lr reads, so a loop may change one mid-run
 -- (sched.T_max = 200 to train longer, sched.gamma = 0.5). Each schedule here is a closed form its constructor made,
@@ -86,7 +97,8 @@ local SETTINGS_OF = {
   LinearLR = "start_factor end_factor total_iters", ExponentialLR = "gamma", PolynomialLR = "total_iters power",
   CosineAnnealingLR = "T_max eta_min", CosineAnnealingWarmRestarts = "T_0 T_i T_mult eta_min T_cur",
   OneCycleLR = "total_steps epochs steps_per_epoch max_lr max_lrs pct_start anneal_strategy anneal_func "
-    .. "cycle_momentum use_beta1 base_momentum max_momentum div_factor final_div_factor three_phase",
+    .. "cycle_momentum use_beta1 base_momentum max_momentum div_factor final_div_factor three_phase "
+    .. "_schedule_phases _anneal_func_type",
   CyclicLR = "base_lr max_lr max_lrs step_size_up step_size_down total_size step_ratio mode gamma scale_fn "
     .. "scale_mode cycle_momentum use_beta1 base_momentum max_momentum base_momentums max_momentums",
   SequentialLR = "schedulers milestones", ChainedScheduler = "schedulers",
@@ -116,7 +128,22 @@ function Scheduler.__index(t, k)
     return Ti
   end
   local st = rawget(t, "_settings")
-  if st ~= nil then return st[k] end
+  if st ~= nil then
+    local v = st[k]
+    if type(v) ~= "table" then return v end
+    -- a copy (OneCycleLR's phases: each one's too): a list read and written into (sched.milestones[1] = 9) would
+    -- change what the scheduler shows and load_state_dict compares, not its schedule
+    local out = {}
+    for key, x in pairs(v) do
+      if type(x) == "table" then
+        local c = {}
+        for kk, xx in pairs(x) do c[kk] = xx end
+        x = c
+      end
+      out[key] = x
+    end
+    return out
+  end
   return nil
 end
 function Scheduler.__newindex(t, k, v)
@@ -216,6 +243,13 @@ function Scheduler:get_lr()
   -- is in _kept (state_dict's kept_groups), where a factor of 0 gives it its base (in a ChainedScheduler such a
   -- member's factor counts as 1: lr_fn's 4th argument, and the other members scale it, as torch's chain).
   local bl = base_list(self, self.name)
+  -- (called by itself at a last_epoch written by hand: a MultiplicativeLR's product is the groups' lr there, as step's)
+  if rawget(self, "_stepping_from") == nil then check_epoch(self, self.name .. ":get_lr") end
+  local at = self.last_epoch
+  if rawget(self, "_stepping_from") == nil and type(at) == "number" and at >= 0 and at < math.huge
+      and rawget(self, "_stepped_at") ~= at then
+    resume_products(self)
+  end
   local t0 = rawget(self, "_stepping_from") or self.last_epoch
   for i = rawlen(bl) + 1, #self.optimizer.param_groups do
     local g = self.optimizer.param_groups[i]
@@ -258,9 +292,85 @@ function Scheduler:get_lr()
   return out
 end
 
+-- A SequentialLR's or ChainedScheduler's members: torch's steps each one (its last_epoch moves: a ChainedScheduler's
+-- members are at its step, a SequentialLR's member at its own step from its milestone, one it has left at its last
+-- step, one it has not reached at -1), and a member's step reads its last_epoch. Here the whole runs the members'
+-- schedules from its own step, so a member's last_epoch (and, in a ChainedScheduler, whose members scale the chain's
+-- own base_lrs, a member's base_lrs) written by hand was taken and ignored until stop 99. sync_members sets them as
+-- torch's are after each step and load; check_members refuses a step after one was written (torch's chain would go on
+-- from the written step), naming it and what it holds, before anything changes.
+local function member_epochs(self, t)
+  local list, out = rawget(self, "_schedulers"), {}
+  if rawget(self, "_chained") then
+    for j = 1, #list do out[j] = t end
+    return out
+  end
+  local ms = rawget(self, "_milestones")
+  local _, _, k = rawget(self, "_member_at")(math.max(t, 0))
+  for j = 1, #list do
+    local start = j > 1 and ms[j - 1] or 0
+    if j - 1 < k then out[j] = math.max(ms[j] - 1 - start, -1)
+    elseif j - 1 == k then out[j] = t - start
+    else out[j] = -1 end
+  end
+  return out
+end
+local function sync_members(self)
+  local list = rawget(self, "_schedulers")
+  if not list then return end
+  local epochs, state = member_epochs(self, self.last_epoch), {}
+  for j, sc in ipairs(list) do
+    rawset(sc, "last_epoch", epochs[j])
+    rawset(sc, "_stepped_at", epochs[j])   -- (a member's own get_lr: no written last_epoch to resume from)
+    local bl = rawget(sc, "base_lrs")
+    state[j] = { epochs[j], type(bl) == "table" and table.move(bl, 1, rawlen(bl), 1, {}) or bl }
+  end
+  rawset(self, "_member_state", state)
+end
+local function check_members(self, fname)
+  local state = rawget(self, "_member_state")
+  if not state then return nil end
+  local whole = rawget(self, "_chained") and "the chain" or "the SequentialLR"
+  for j, sc in ipairs(rawget(self, "_schedulers")) do
+    local st, e = state[j], rawget(sc, "last_epoch")
+    if e ~= st[1] then
+      return ("%s: schedulers[%d].last_epoch was written by hand (%s; %s keeps it at %d, %s): %s runs its members' "
+        .. "schedules from its own step (torch's member would step on from the written one); write it back, or load a "
+        .. "state into %s (load_state_dict) to move it"):format(fname, j, O.got(e), whole, st[1],
+        rawget(self, "_chained") and "its own step" or "the member's step from its milestone", whole, whole)
+    end
+    if rawget(self, "_chained") then
+      -- (by value: a list written back, or the same values in a new list, is the member's)
+      local bl = rawget(sc, "base_lrs")
+      local same = type(bl) == "table" and type(st[2]) == "table" and rawlen(bl) == rawlen(st[2])
+      for i = 1, same and rawlen(bl) or 0 do same = same and rawget(bl, i) == st[2][i] end
+      same = same or (type(bl) ~= "table" and bl == st[2])
+      if not same then
+        local function text(v)   -- (the list's first 8 raw entries)
+          if type(v) ~= "table" then return O.got(v) end
+          local parts = {}
+          for i = 1, math.min(rawlen(v), 8) do parts[i] = tostring(rawget(v, i)) end
+          return "{" .. table.concat(parts, ", ") .. (rawlen(v) > 8 and ", ...}" or "}")
+        end
+        return ("%s: schedulers[%d].base_lrs was written by hand (%s; it held %s): the chain scales its own base_lrs "
+          .. "(sched.base_lrs), as torch's chained steps scale the groups' lr and read no member's base_lrs; write the "
+          .. "chain's base_lrs"):format(fname, j, text(bl), text(st[2]))
+      end
+    end
+  end
+end
+
 -- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
 function Scheduler:step(epoch)
+  local member_edit = check_members(self, rawget(self, "name") .. ":step")
+  if member_edit then error(member_edit, 2) end
   local prev, prev_pos = self.last_epoch, rawget(self, "_pos")
+  -- a last_epoch written by hand since the last step or load (sched.last_epoch = 10^12): a MultiplicativeLR goes on
+  -- from the groups' lr there, as after a load (torch's step multiplies the group's lr by the lambda at the written
+  -- step + 1; here it multiplied the lambdas from step 1 to it, for hours)
+  if type(prev) == "number" and prev >= 0 and prev < math.huge and rawget(self, "_stepped_at") ~= prev then
+    resume_products(self)
+  end
   local no_epoch = rawget(self, "_no_epoch")   -- why this scheduler's step takes no epoch
   if epoch ~= nil and no_epoch then
     error(("%s:step: takes no epoch, got %s: %s"):format(self.name, O.got(epoch), no_epoch), 2)
@@ -274,6 +384,7 @@ function Scheduler:step(epoch)
     check_int(self.name .. ":step", "epoch", epoch, 0)
     self.last_epoch = epoch
   else
+    check_epoch(self, self.name .. ":step")
     self.last_epoch = self.last_epoch + 1
     if prev_pos ~= nil then self._pos = prev_pos + 1 end
   end
@@ -300,6 +411,8 @@ function Scheduler:step(epoch)
   for i, g in ipairs(opt.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
   self._last_lr = lrs
   rawset(opt, "_lr_scheduler", self)
+  rawset(self, "_stepped_at", self.last_epoch)
+  sync_members(self)
   local after = rawget(self, "_after_step")
   if after then after(self, rawget(self, "_pos") or self.last_epoch) end
   return self
@@ -321,12 +434,17 @@ end
 -- settings (gamma, step_size, T_max, ...) and load_state_dict puts them back; here they live in the schedule's
 -- closure, so a state records what they give and a scheduler whose settings give other lrs refuses it (it kept
 -- its own schedule and overwrote the saved lr without a word). A user's lambdas (LambdaLR, MultiplicativeLR) are
--- not called: the name alone is compared there.
+-- not called: the name alone is compared there, as in a ChainedScheduler or SequentialLR that holds one (until stop 99
+-- such a chain's state_dict called a MultiplicativeLR member's lambda 100,000 times, steps torch never calls it at,
+-- and the product it left at step 100,000 made the next step multiply again from step 1).
 local PROBES = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 16, 20, 25, 30, 32, 40, 50, 64, 75, 100, 128, 150, 200, 256,
                  300, 500, 750, 1000, 2000, 5000, 10000, 100000 }
 local USER_FN = { LambdaLR = true, MultiplicativeLR = true }
 local function schedule_probe(self)
   if USER_FN[self.name] then return nil end
+  for _, sc in ipairs(rawget(self, "_schedulers") or {}) do
+    if USER_FN[rawget(sc, "name")] then return nil end
+  end
   local out = {}
   for k, t in ipairs(PROBES) do
     local ok, lr = pcall(self._lr_fn, t, rawget(self, "_probe_base") or 1, 1)
@@ -342,11 +460,41 @@ local function kept_list(self, bl)
   return #list > 0 and list or nil
 end
 
+-- A value JSON can hold (a checkpoint writes the state in JSON): a string, a boolean, a finite number, or a table of
+-- them two levels deep (a list, OneCycleLR's phases)
+local function storable(v, depth)
+  local tv = type(v)
+  if tv == "string" or tv == "boolean" then return true end
+  if tv == "number" then return v == v and v > -math.huge and v < math.huge end
+  if tv ~= "table" or (depth or 0) > 1 then return false end
+  for _, x in next, v do if not storable(x, (depth or 0) + 1) then return false end end
+  return true
+end
+
+-- torch's keys besides (stop 99): the settings as torch's attributes (StepLR's step_size and gamma, MultiStepLR's
+-- milestones as a sorted list, OneCycleLR's _schedule_phases, CyclicLR's max_lrs, ...: what the scheduler shows, where
+-- JSON can hold it), a SequentialLR's _milestones, a SequentialLR's or ChainedScheduler's _schedulers (its members'
+-- states) and _last_lr. load_state_dict compares the settings (strict) and reads no _last_lr (it writes the step's lrs
+-- again). Not kept: CosineAnnealingWarmRestarts' T_cur and T_i, which follow from last_epoch and position (a state of
+-- torch's that has them is checked against them: load_state_dict), and torch's own bookkeeping (_step_count,
+-- _is_initial, _get_lr_called_within_step). setting_keys is below.
+local setting_keys
 function Scheduler:state_dict()
   local bl = base_list(self, self.name .. ":state_dict")
-  return { last_epoch = self.last_epoch, base_lrs = table.move(bl, 1, rawlen(bl), 1, {}),
+  local sd = { last_epoch = self.last_epoch, base_lrs = table.move(bl, 1, rawlen(bl), 1, {}),
     position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self),
-    kept_groups = kept_list(self, bl) }
+    kept_groups = kept_list(self, bl), _last_lr = self:get_last_lr() }
+  local keys, get = setting_keys(self)
+  for _, k in ipairs(keys) do
+    local v = get(k)
+    if v ~= nil and storable(v) then sd[k] = v end
+  end
+  local list = rawget(self, "_schedulers")
+  if list then
+    sd._schedulers = {}
+    for j, sc in ipairs(list) do sd._schedulers[j] = sc:state_dict() end
+  end
+  return sd
 end
 
 -- Why a state from state_dict() is not this scheduler's (another class, or settings that give other lrs), or nil
@@ -379,28 +527,75 @@ end
 -- attributes, settings among them, and its load_state_dict puts them back): the same value as this scheduler's (a
 -- number within 1e-12 of it, a list of such), or the key absent. Until sweep 108 a state edited before
 -- load_state_dict (sd.gamma = 0.5, sd.factor = 0.5 for a ReduceLROnPlateau) loaded and its setting was ignored.
+-- Tables (a list, OneCycleLR's phases: a list of maps) are the same key by key, read raw, two levels deep.
 local function same_setting(a, b, depth)
   if a == b then return true end
   if type(a) == "number" and type(b) == "number" then
     return math.abs(a - b) <= 1e-12 * math.max(math.abs(a), math.abs(b))
   end
-  if type(a) ~= "table" or type(b) ~= "table" or (depth or 0) > 0 or rawlen(a) ~= rawlen(b) then return false end
-  for i = 1, rawlen(a) do if not same_setting(rawget(a, i), rawget(b, i), 1) then return false end end
-  return true
+  depth = depth or 0
+  if type(a) ~= "table" or type(b) ~= "table" or depth > 1 then return false end
+  local n = 0
+  for k, v in next, a do
+    n = n + 1
+    if n > 4096 or not same_setting(v, rawget(b, k), depth + 1) then return false end
+  end
+  for _ in next, b do
+    n = n - 1
+    if n < 0 then return false end
+  end
+  return n == 0
+end
+-- A setting in torch's form as this scheduler shows it: MultiStepLR's milestones as torch's Counter (a map of
+-- milestone → count, what its state_dict holds, as a plain table) or a list in any order, as the sorted list; v itself
+-- where it is neither (it differs then)
+local function setting_value(k, v)
+  if k ~= "milestones" or type(v) ~= "table" then return v end
+  local out = {}
+  if rawlen(v) == 0 then
+    for m, c in next, v do
+      if math.type(m) ~= "integer" or math.type(c) ~= "integer" or c < 1 or #out + c > 4096 then return v end
+      for _ = 1, c do out[#out + 1] = m end
+    end
+  else
+    for i = 1, rawlen(v) do
+      local m = rawget(v, i)
+      if math.type(m) ~= "integer" or i > 4096 then return v end
+      out[i] = m
+    end
+  end
+  table.sort(out)
+  return out
 end
 -- Why sd's top-level settings (keys, the class's settings) are not self's (get(k): self's value), or nil
 local function other_settings(sd, keys, get)
-  local function show(v)
+  local function show(v, depth)
     if type(v) == "string" then return ("%q"):format(v) end
-    if type(v) == "table" then
+    if type(v) == "table" and (depth or 0) < 2 then
       local parts = {}
-      for i = 1, math.min(rawlen(v), 8) do parts[i] = show(rawget(v, i)) end
+      if rawlen(v) == 0 and next(v) ~= nil then   -- a map (torch's Counter, a phase): its keys sorted
+        local ks = {}
+        for key in next, v do
+          ks[#ks + 1] = key
+          if #ks > 8 then break end
+        end
+        table.sort(ks, function(x, y) return tostring(x) < tostring(y) end)
+        for i = 1, math.min(#ks, 8) do
+          local key = ks[i]
+          parts[i] = (type(key) == "string" and key or ("[" .. tostring(key) .. "]")) .. " = "
+            .. show(rawget(v, key), (depth or 0) + 1)
+        end
+        return "{" .. table.concat(parts, ", ") .. (#ks > 8 and ", ...}" or "}")
+      end
+      for i = 1, math.min(rawlen(v), 8) do parts[i] = show(rawget(v, i), (depth or 0) + 1) end
       return "{" .. table.concat(parts, ", ") .. (rawlen(v) > 8 and ", ...}" or "}")
     end
     return O.got(v)
   end
   for _, k in ipairs(keys) do
-    local v, mine = rawget(sd, k), get(k)
+    local v, mine = setting_value(k, rawget(sd, k)), get(k)
+    -- torch's lr_lambdas of plain functions, which it cannot save: a list of None (an empty table), nothing to compare
+    if k == "lr_lambdas" and type(v) == "table" and next(v) == nil then v = nil end
     if v ~= nil and not same_setting(v, mine) then
       return ("the state sets %s = %s, this scheduler's is %s"):format(k, show(v), mine == nil
         and "made by its constructor and not kept as a value" or show(mine))
@@ -408,16 +603,94 @@ local function other_settings(sd, keys, get)
   end
 end
 
+-- After a load at step t, the schedules whose lr is no closed form of the step (a MultiplicativeLR, alone or in a
+-- ChainedScheduler, or running step t in a SequentialLR: members with _seed_factor) go on from each group's lr, as
+-- torch's: its MultiplicativeLR.get_lr multiplies group["lr"] by the lambda, and load_state_dict replays nothing (the
+-- optimizer's state, loaded first as Accelerator.load_state does, put the saved lr back). The first such schedule's
+-- product at its step is set so that the schedule gives the group's lr at t (the others' products are 1 there); a
+-- group whose lr the schedule cannot give from a product (its lr or the rest 0, not a number) starts at 1. Until
+-- stop 99 a load multiplied the lambdas again from step 1: a state of last_epoch 2^40 took hours (for ever at 2^62),
+-- a length a file chose.
+function resume_products(self)
+  local t = self.last_epoch
+  local targets = {}
+  if rawget(self, "_seed_factor") then
+    targets[1] = { self, t }
+  elseif rawget(self, "_chained") then
+    for _, sc in ipairs(rawget(self, "_schedulers")) do
+      if rawget(sc, "_seed_factor") then targets[#targets + 1] = { sc, t } end
+    end
+  elseif rawget(self, "_member_at") and t >= 0 then
+    local sc, u = rawget(self, "_member_at")(t)
+    if rawget(sc, "_seed_factor") then targets[1] = { sc, u } end
+  end
+  if #targets == 0 then return end
+  local bl = rawget(self, "base_lrs")
+  for i, g in ipairs(self.optimizer.param_groups) do
+    for _, tg in ipairs(targets) do rawget(tg[1], "_seed_factor")(tg[2], i, 1) end
+    local base = rawget(bl, i)
+    if targets[1][2] >= 1 and type(g.lr) == "number" and g.lr >= 0 and g.lr < math.huge and type(base) == "number" then
+      local ok, l1 = pcall(self._lr_fn, t, base, i)
+      if ok and type(l1) == "number" and l1 > 0 and l1 < math.huge then
+        rawget(targets[1][1], "_seed_factor")(targets[1][2], i, g.lr / l1)
+      end
+    end
+  end
+end
+
+-- The settings keys a state's top level is compared on (the class's, but CosineAnnealingWarmRestarts' position), and
+-- this scheduler's value of one (a SequentialLR's milestones: torch's key _milestones)
+function setting_keys(self)
+  local keys = {}
+  for k in pairs(settings_of(self)) do if not POSITION[k] then keys[#keys + 1] = k end end
+  if rawget(self, "_member_at") then keys[#keys + 1] = "_milestones" end
+  table.sort(keys)
+  return keys, function(k) if k == "_milestones" then return rawget(self, k) end return self[k] end
+end
+
+-- torch's state of a ChainedScheduler or SequentialLR ({_schedulers = {member states}, _last_lr, [last_epoch,
+-- _milestones]}: its members' states, no base_lrs, and a ChainedScheduler's no last_epoch), as a plain table of its
+-- values: a copy with last_epoch and base_lrs taken from the first member's state where the top level has none
+-- (torch's members share the groups' initial_lr; a chain's members are at its step). Each member's state must be
+-- one of that member's settings (strict; as a top-level setting, refused naming schedulers[j] and the key). Until
+-- stop 99 torch's state of either was refused for the base_lrs or last_epoch it does not have. Errors at level 3.
+local function whole_state(self, sd, strict)
+  local list, states = rawget(self, "_schedulers"), rawget(sd, "_schedulers")
+  local fname = self.name .. ":load_state_dict"
+  local ok = type(states) == "table" and rawlen(states) == #list
+  for j = 1, ok and #list or 0 do ok = ok and type(rawget(states, j)) == "table" end
+  if not ok then
+    error(("%s: _schedulers must be a list of %d member states (torch's state_dict of each), got %s"):format(fname,
+      #list, O.got(states)), 3)
+  end
+  if strict ~= false then
+    for j, sc in ipairs(list) do
+      local keys, get = setting_keys(sc)
+      local why = other_settings(rawget(states, j), keys, get)
+      if why then
+        error(("%s: schedulers[%d] (%s): %s (torch puts the saved settings back; here they are the constructor's: "
+          .. "make the scheduler as it was saved, or pass strict=false to keep this one's)"):format(fname, j, sc.name,
+          why), 3)
+      end
+    end
+  end
+  local copy = {}
+  for k, v in next, sd do copy[k] = v end
+  local first = rawget(states, 1)
+  if copy.last_epoch == nil and rawget(self, "_chained") then copy.last_epoch = rawget(first, "last_epoch") end
+  if copy.base_lrs == nil then copy.base_lrs = rawget(first, "base_lrs") end
+  return copy
+end
+
 -- load_state_dict(sd [, strict=true]): strict=false takes a state of another schedule (this one's settings stay)
 function Scheduler:load_state_dict(sd, strict)
   if type(sd) ~= "table" then
     error(("%s:load_state_dict: expected a table from state_dict(), got %s"):format(self.name, type(sd)), 2)
   end
+  if rawget(self, "_schedulers") and rawget(sd, "_schedulers") ~= nil then sd = whole_state(self, sd, strict) end
   if strict ~= false then
-    local keys = {}
-    for k in pairs(settings_of(self)) do if not POSITION[k] then keys[#keys + 1] = k end end
-    table.sort(keys)
-    local why = other_schedule(self, sd) or other_settings(sd, keys, function(k) return self[k] end)
+    local keys, get = setting_keys(self)
+    local why = other_schedule(self, sd) or other_settings(sd, keys, get)
     if why then
       error(("%s:load_state_dict: %s (torch puts the saved settings back; here they are the constructor's: make the "
         .. "scheduler as it was saved, or pass strict=false to keep this one's schedule from the saved step)")
@@ -448,6 +721,22 @@ function Scheduler:load_state_dict(sd, strict)
       and ("absent or a number >= 0 whose floor is last_epoch (" .. tostring(sd.last_epoch) .. ")")
       or "absent (this schedule steps in whole steps)", O.got(pos)), 2)
   end
+  -- CosineAnnealingWarmRestarts' T_cur and T_i in torch's state (its step goes on from them): they follow from the
+  -- step here, so a state whose T_cur or T_i is not this schedule's at its position is refused (strict), naming both;
+  -- until stop 99 they were taken and ignored (torch's state of a step(6.5), T_cur 3.5, loaded at step 6's T_cur 3)
+  local cycle = rawget(self, "_cycle")
+  if cycle and strict ~= false then
+    local cur, Ti = cycle(pos or math.max(sd.last_epoch, 0))
+    for _, kv in ipairs { { "T_cur", cur }, { "T_i", Ti } } do
+      local v = rawget(sd, kv[1])
+      if v ~= nil and not same_setting(v, kv[2]) then
+        error(("%s:load_state_dict: the state sets %s = %s, this schedule's at step %s is %s (T_cur and T_i follow "
+          .. "from the step here: a fraction is the state's position, as state_dict() saves it; pass strict=false to "
+          .. "go on from the step)"):format(self.name, kv[1], O.got(v), tostring(pos or sd.last_epoch),
+          tostring(kv[2])), 2)
+      end
+    end
+  end
   local kept
   if sd.kept_groups ~= nil then
     local kg, ok = sd.kept_groups, type(sd.kept_groups) == "table"
@@ -466,6 +755,7 @@ function Scheduler:load_state_dict(sd, strict)
     rawget(self, "_kept")
   self.base_lrs = table.move(sd.base_lrs, 1, ngroups, 1, {})
   self.last_epoch, self._pos, self._kept = sd.last_epoch, pos, kept
+  resume_products(self)
   local ok, lrs = pcall(self.get_lr, self)
   if not ok then   -- (OneCycleLR past its total_steps) nothing changed
     self.base_lrs, self.last_epoch, self._pos, self._kept = prev_base, prev_epoch, prev_pos, prev_kept
@@ -474,6 +764,8 @@ function Scheduler:load_state_dict(sd, strict)
   for i, g in ipairs(self.optimizer.param_groups) do if lrs[i] ~= nil then g.lr = lrs[i] end end
   self._last_lr = lrs
   rawset(self.optimizer, "_lr_scheduler", self)   -- the optimizer's scheduler now (step's check)
+  rawset(self, "_stepped_at", self.last_epoch)
+  sync_members(self)
   local after = rawget(self, "_after_step")
   if after then after(self, pos or self.last_epoch) end
 end
@@ -506,7 +798,10 @@ end
 
 -- MultiplicativeLR(opt, fn) or MultiplicativeLR(opt, {fn1, fn2, ...} per group): torch's, lr_t = lr_(t-1) · fn(t)
 -- from step 1 on, so lr = base · fn(1) · ... · fn(t). Each group keeps its latest product and the step it is of, so
--- fn runs once a step, as torch's; a jump back (load_state_dict's) multiplies again from step 1. step(epoch) is
+-- fn runs once a step, as torch's. load_state_dict goes on from the group's lr as torch's does (its get_lr multiplies
+-- group["lr"]; nothing is replayed): the product at the loaded step is the group's lr over its base (resume_products).
+-- Until stop 99 a load multiplied again from step 1, so a state of last_epoch 2^40 took hours, for ever at 2^62,
+-- and the lr came from the lambdas' product, not the group's. step(epoch) is
 -- refused: torch's (deprecated) multiplies the current lr by fn(epoch) once, which is no step of this product.
 -- In a SequentialLR past a milestone it goes on from the lr before the milestone times fn(0) (torch's _update_lr(0):
 -- MultiplicativeLR has no closed form).
@@ -554,7 +849,9 @@ function M.MultiplicativeLR(opt, lr_lambda, ...)
     _seq_enter = function(_, u, _, i, prev)
       if at0[i] == nil then at0[i] = call(fn_of(i), 0) end
       return prev() * at0[i] * lr_fn(u, 1, i)
-    end })
+    end,
+    -- (resume_products: the product of group i at step u is v, where a load put it; none at step 0 or before)
+    _seed_factor = function(u, i, v) products[i] = u >= 1 and { t = u, v = v } or nil end })
 end
 
 -- StepLR(opt, {step_size, gamma=0.1}) or torch's positional StepLR(opt, step_size [, gamma]):
@@ -620,6 +917,13 @@ function M.warmup_cosine(opt, opts, ...)
 end
 M.WarmupCosine = M.warmup_cosine
 
+-- A list of numbers, sorted (a copy): MultiStepLR's milestones as torch's Counter holds them, whatever their order
+local function sorted_list(list)
+  local out = table.move(list, 1, #list, 1, {})
+  table.sort(out)
+  return out
+end
+
 -- MultiStepLR(opt, {milestones, gamma=0.1}) or torch's MultiStepLR(opt, milestones [, gamma]): lr = base ·
 -- gamma^(how many milestones ≤ epoch), a milestone listed twice counting twice (torch's Counter).
 function M.MultiStepLR(opt, opts, ...)
@@ -647,7 +951,7 @@ function M.MultiStepLR(opt, opts, ...)
     local k = 0
     for _, m in ipairs(list) do if m <= epoch then k = k + 1 end end
     return base * gamma ^ k
-  end, nil, false, nil, chain { gamma = gamma })
+  end, nil, false, nil, chain { gamma = gamma, milestones = sorted_list(list) })
 end
 
 -- ExponentialLR(opt, {gamma}) (or ExponentialLR(opt, gamma)): lr = base · gamma^epoch.
@@ -814,8 +1118,31 @@ local function cycled_momentum(name, opt, opts, base_default, max_default)
   return true, per_group_values(name, opt, "base_momentum", opts.base_momentum or base_default, 0, 1, 4),
     per_group_values(name, opt, "max_momentum", opts.max_momentum or max_default, 0, 1, 4), d.betas ~= nil
 end
+-- torch's use_beta1 (whether the momentum cycled is Adam's betas[1]): set with cycle_momentum only
+local function beta1_of(cyc, use_betas)
+  if cyc then return use_betas == true end
+  return nil
+end
 local function set_momentum(g, m, use_betas)
   if use_betas then g.betas = { m, g.betas[2] } else g.momentum = m end
+end
+
+-- A setting as the scheduler shows it (a list copied: what the constructor was given stays the user's)
+local function copy_value(v)
+  if type(v) ~= "table" then return v end
+  return table.move(v, 1, rawlen(v), 1, {})
+end
+-- OneCycleLR's phases as torch's _schedule_phases attribute (its state_dict's key): each phase's end_step and the names
+-- of the group entries it goes between
+local PHASE_NAMES = { initial = "initial_lr", max = "max_lr", min = "min_lr", max_m = "max_momentum",
+  base_m = "base_momentum" }
+local function torch_phases(phases)
+  local out = {}
+  for k, ph in ipairs(phases) do
+    out[k] = { end_step = ph[1], start_lr = PHASE_NAMES[ph[2]], end_lr = PHASE_NAMES[ph[3]],
+      start_momentum = PHASE_NAMES[ph[4]], end_momentum = PHASE_NAMES[ph[5]] }
+  end
+  return out
 end
 
 local ONECYCLE_KEYS = { "max_lr", "total_steps", "epochs", "steps_per_epoch", "pct_start", "anneal_strategy",
@@ -928,7 +1255,12 @@ function M.OneCycleLR(opt, opts, ...)
       local _, m = at(t, i)
       set_momentum(g, m, use_betas)
     end
-  end, { total_steps = total })
+  end, { total_steps = total, epochs = opts.epochs, steps_per_epoch = opts.steps_per_epoch,
+    max_lr = copy_value(opts.max_lr), max_lrs = max_lrs, pct_start = pct, anneal_strategy = anneal,
+    _anneal_func_type = anneal, div_factor = div, final_div_factor = final_div, three_phase = three,
+    cycle_momentum = cyc, use_beta1 = beta1_of(cyc, use_betas),
+    base_momentum = cyc and copy_value(opts.base_momentum or 0.85) or nil,
+    max_momentum = cyc and copy_value(opts.max_momentum or 0.95) or nil, _schedule_phases = torch_phases(phases) })
 end
 
 -- CyclicLR(opt, {base_lr, max_lr, step_size_up=2000, step_size_down=step_size_up, mode="triangular", gamma=1,
@@ -1033,7 +1365,13 @@ function M.CyclicLR(opt, opts, ...)
         set_momentum(g, max_m[i] - (max_m[i] - base_m[i]) * f * sc, use_betas)
       end
     end
-  end, { base_lrs = table.move(base_lrs, 1, #base_lrs, 1, {}), _probe_base = base_lrs[1] })
+  end, { base_lrs = table.move(base_lrs, 1, #base_lrs, 1, {}), _probe_base = base_lrs[1],
+    -- the settings as torch's attributes (its state_dict's keys) and as the constructor's options
+    base_lr = copy_value(opts.base_lr), max_lr = copy_value(opts.max_lr), max_lrs = max_lrs, step_size_up = up,
+    step_size_down = down, total_size = total, step_ratio = ratio, mode = mode, gamma = gamma, scale_mode = scale_mode,
+    cycle_momentum = cyc, use_beta1 = beta1_of(cyc, use_betas), base_momentums = cyc and base_m or nil,
+    max_momentums = cyc and max_m or nil, base_momentum = cyc and copy_value(opts.base_momentum or 0.8) or nil,
+    max_momentum = cyc and copy_value(opts.max_momentum or 0.9) or nil })
 end
 
 -- The schedulers a SequentialLR or a ChainedScheduler (N) runs: a non-empty list of schedulers of one optimizer (opt,
@@ -1144,7 +1482,7 @@ function M.SequentialLR(opt, schedulers, milestones, ...)
     if sc._after_step then sc:_after_step(u) end
   end, { _schedulers = list, _milestones = ms, _no_epoch = "torch 2.15's SequentialLR.step() takes none",
     -- the schedule that runs step t (get_lr: how a group added then joins)
-    _phase_at = function(t) return (which(t)) end })
+    _phase_at = function(t) return (which(t)) end, _member_at = which })
 end
 
 -- ChainedScheduler(schedulers [, opt]) (or ({schedulers=, optimizer=})): torch's, every scheduler's effect at once.
@@ -1498,6 +1836,9 @@ function Plateau:state_dict()
   if sd.best == (self.mode == "min" and math.huge or -math.huge) then sd.best = nil
   elseif sd.best == math.huge or sd.best == -math.huge then sd.best = sd.best > 0 and "inf" or "-inf" end
   sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
+  -- torch's keys for the settings too (stop 99), at its top level: load_state_dict compares them there
+  for k, v in pairs(sd.settings) do sd[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v end
+  sd.default_min_lr = rawget(self, "_default_min_lr")
   return sd
 end
 
@@ -1511,9 +1852,12 @@ function Plateau:load_state_dict(sd, strict)
     error(("ReduceLROnPlateau:load_state_dict: strict must be a boolean, got %s"):format(O.got(strict)), 2)
   end
   if strict ~= false then
-    local keys = { "min_lrs" }
-    for i, k in ipairs(PLATEAU_SETTINGS) do keys[i + 1] = k end
-    local why = plateau_other(self, sd) or other_settings(sd, keys, function(k) return rawget(self, k) end)
+    -- (torch's default_min_lr: the min_lr a group added later gets, None where min_lr was a list)
+    local keys = { "min_lrs", "default_min_lr" }
+    for _, k in ipairs(PLATEAU_SETTINGS) do keys[#keys + 1] = k end
+    local why = plateau_other(self, sd) or other_settings(sd, keys, function(k)
+      return rawget(self, k == "default_min_lr" and "_default_min_lr" or k)
+    end)
     if why then
       error(("ReduceLROnPlateau:load_state_dict: %s (torch puts the saved settings back; here they are the "
         .. "constructor's: make the scheduler as it was saved, or pass strict=false to keep this one's settings)")
