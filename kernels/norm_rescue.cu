@@ -156,7 +156,8 @@ extern "C" fl_status fl_cuda_dev_norm_rescue_bwd(fl_tensor *gr, fl_tensor *gx, c
                                                  const fl_tensor *scale, const fl_tensor *x, uint32_t mask, double p) {
     Layout L;
     FL_TRY(layout_of(x, mask, &L));
-    if (!half_or_f32(x->dtype)) return FL_ERR(FL_EINVAL, "norm_rescue_bwd on cuda: dtype %s", fl_format(x->dtype)->name);
+    if (!half_or_f32(x->dtype))
+        return FL_ERR(FL_EINVAL, "norm_rescue_bwd on cuda: dtype %s", fl_format(x->dtype)->name);
     const int64_t n = fl_tensor_numel(g), nx = fl_tensor_numel(gx);
     cudaStream_t stream = fl_cuda_stream();
     if (nx > 0) {
