@@ -45,17 +45,18 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * largest value (0 where it is ±inf; NaN where one is), s = reduce's sum of exp(a - m), dst = log s + m, each   \
      * step rounded as unary, binary and reduce round it. NULL entry: the caller makes those passes. */            \
     X(logsumexp, (fl_tensor *dst, fl_tensor *m, fl_tensor *s, const fl_tensor *a, int dim))                        \
-    /* The p-norm's rescue (core/ops.h's fl_norm_rescue): r and s fp32 and contiguous, one value per slice of x     \
-     * (fp32, any layout) over the dims in mask (bit i: dim i is reduced), in the order of x's other dims; dst (as  \
-     * r) = r, but in a slice whose s is not in [2^-126, inf) while its largest |x| is finite and not 0: the norm   \
-     * (Σ|x|^p)^(1/p) from x / 2^k (2^k <= that largest |x| < 2^(k+1)) in float64, rounded once; scale = 2^k in    \
-     * those slices, 0 in the others. *rescued: how many (-1: not known on the host without a wait). NULL entry:   \
-     * the host does it on a copy. */                                                                              \
+    /* The p-norm's rescue (core/ops.h's fl_norm_rescue): r and s contiguous, one value per slice of x (any        \
+     * layout) over the dims in mask (bit i: dim i is reduced), in the order of x's other dims; each fp32, bf16 or  \
+     * fp16; dst (as r) = r's bits, but in a slice whose s is not in [its dtype's smallest normal, inf) while its    \
+     * largest |x| is finite and not 0: the norm (Σ|x|^p)^(1/p) from x / c (c = 2^k <= that largest |x| < 2^(k+1);  \
+     * that |x| for p > 512) in float64, rounded to fp32 and then r's dtype; scale (fp32) = c in those slices, 0 in  \
+     * the others. *rescued: how many (-1: not known on the host without a wait). NULL entry: the host does it on  \
+     * a copy. */                                                                                                  \
     X(norm_rescue, (fl_tensor *dst, fl_tensor *scale, const fl_tensor *r, const fl_tensor *s, const fl_tensor *x,  \
                     uint32_t mask, double p, int64_t *rescued))                                                    \
-    /* Its gradient from g (as r): gr (as r) = g where scale is 0, else 0; gx (as x) = -0 outside the rescued       \
-     * slices (x + -0 is x: the plain formula's gradient stays), and inside g times the norm's derivative at        \
-     * x / 2^k, sign(x)·|x/2^k|^(p-1) / N^(p-1) (N the norm of x / 2^k), in float64. */                            \
+    /* Its gradient from g (fp32, as r): gr (fp32, as r) = g where scale is 0, else 0; gx (fp32, as x) = -0 outside \
+     * the rescued slices (x + -0 is x: the plain formula's gradient stays), and inside g times the norm's          \
+     * derivative at y = x / c, sign(y)·(|y| / N)^(p-1) (N the norm of y), in float64. */                          \
     X(norm_rescue_bwd, (fl_tensor *gr, fl_tensor *gx, const fl_tensor *g, const fl_tensor *scale,                 \
                         const fl_tensor *x, uint32_t mask, double p))                                              \
     /* conv2d's forward without columns (core/conv_cols.c): y [N, OC, oh, ow] = x [N, C, H, W] convolved with       \

@@ -1,12 +1,14 @@
-/* norm_rescue.c — the p-norm kept finite where Σ|x|^p leaves fp32's range (ops.h's fl_norm_rescue): the slices whose
- * sum over- or underflowed taken again from x scaled by a power of two, on the device (no host read in the common
- * case), and their gradient (NormRescueBackward). */
+/* norm_rescue.c — the p-norm kept finite where Σ|x|^p leaves its dtype's range (ops.h's fl_norm_rescue): the slices
+ * whose sum over- or underflowed taken again from x scaled by a power of two, on the device (no host read in the
+ * common case), and their gradient (NormRescueBackward); the gate (fl_norm_gate, NormGateBackward) that keeps the plain
+ * formula's gradient out of the rescued slices. */
 #include "ops_raw.h"
 #include "autograd.h"
 #include "device.h"
 #include "profiler.h"
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SHAPE(buf, t) fl_shape_str(buf, sizeof buf, (t)->ndim, (t)->shape)
 
@@ -65,13 +67,57 @@ static fl_status norm_rescue_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin
     return FL_OK;
 }
 
+/* NormGateBackward: input x; saved[0] the rescue's per-slice scale (set by fl_norm_rescue; NULL: not run), iargs[0]
+ * mask, iargs[1] the rescued slices' count (-1 not known on the host). g passes where a slice was not rescued (the
+ * same tensor where none was: the plain formula's bits), -0 where one was (x + -0 is x: the rescue's gradient alone) */
+static fl_status norm_gate_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *scale = n->saved[0];
+    if (!scale || n->iargs[1] == 0) {
+        gin[0] = fl_tensor_retain((fl_tensor *)g);
+        return FL_OK;
+    }
+    int64_t ks[FL_MAX_DIMS];   /* the slices in g's shape with the reduced dims kept as 1 (the scale's order) */
+    for (int d = 0; d < g->ndim; d++) ks[d] = ((uint32_t)n->iargs[0] >> d) & 1u ? 1 : g->shape[d];
+    fl_tensor *sv = NULL, *keep = NULL, *z = NULL;
+    fl_status st = fl_tensor_view(&sv, scale, g->ndim, ks);
+    if (st == FL_OK) st = fl_binary_scalar(&keep, FL_OP_EQ, sv, 0.0, false);
+    if (st == FL_OK) st = fl_tensor_full(&z, FL_F32, 0, NULL, -0.0, g->device);
+    if (st == FL_OK) st = fl_where(&gin[0], keep, g, z);
+    fl_tensor_release(sv); fl_tensor_release(keep); fl_tensor_release(z);
+    return st;
+}
+
+fl_status fl_norm_gate(fl_tensor **out, const fl_tensor *x, uint32_t mask) {
+    *out = NULL;
+    if (x->ndim < 32 && (mask >> x->ndim) != 0) {
+        char sa[200];
+        return FL_ERR(FL_EINVAL, "norm_gate: the reduced dims (mask 0x%x) are not all dims of tensor %s", mask,
+                      SHAPE(sa, x));
+    }
+    const fl_tensor *ins[1] = { x };
+    if (!fl_any_requires_grad(1, ins)) {   /* nothing to gate: x itself */
+        *out = fl_tensor_retain((fl_tensor *)x);
+        return FL_OK;
+    }
+    fl_node *nd;
+    FL_TRY(fl_tensor_detach(out, x));   /* x's data under a new header, whose history is the gate */
+    FL_TRY(fl_autograd_record(out, &nd, "NormGateBackward", norm_gate_bwd, 1, ins));
+    nd->iargs[0] = mask;
+    nd->iargs[1] = -1;
+    fl_status st = fl_node_input_stub(nd, 0);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+static bool float_dtype(fl_dtype t) { return t == FL_F32 || t == FL_BF16 || t == FL_F16; }
+
 fl_status fl_norm_rescue(fl_tensor **out, const fl_tensor *r, const fl_tensor *s, const fl_tensor *x, uint32_t mask,
-                         double p) {
+                         double p, const fl_tensor *gate) {
     *out = NULL;
     FL_PROF_SCOPE("norm_rescue"); FL_PROF_SHAPES(x);
     char sa[200], sb[200], sx[200];   /* one buffer per shape a message shows (sa twice showed one shape for r and x) */
-    if (r->dtype != FL_F32 || s->dtype != FL_F32 || x->dtype != FL_F32)
-        return FL_ERR(FL_EINVAL, "norm_rescue: expected fp32 norms, sums and input, got %s, %s and %s",
+    if (!float_dtype(r->dtype) || !float_dtype(s->dtype) || !float_dtype(x->dtype))
+        return FL_ERR(FL_EINVAL, "norm_rescue: expected fp32, bf16 or fp16 norms, sums and input, got %s, %s and %s",
                       fl_format(r->dtype)->name, fl_format(s->dtype)->name, fl_format(x->dtype)->name);
     if (r->device != x->device || s->device != x->device)
         return FL_ERR(FL_EINVAL, "norm_rescue: the norms, sums and input must be on one device");
@@ -86,12 +132,18 @@ fl_status fl_norm_rescue(fl_tensor **out, const fl_tensor *r, const fl_tensor *s
     if (fl_tensor_numel(r) != slices || fl_tensor_numel(s) != slices)
         return FL_ERR(FL_EINVAL, "norm_rescue: norms %s and sums %s must hold one value per slice of tensor %s (%lld)",
                       SHAPE(sa, r), SHAPE(sb, s), SHAPE(sx, x), (long long)slices);
+    fl_node *gn = gate && gate->grad_fn && gate->grad_fn->backward == norm_gate_bwd ? gate->grad_fn : NULL;
+    if (gate && gate != x && (!gn || (uint32_t)gn->iargs[0] != mask || gate->device != x->device ||
+                              gate->ndim != x->ndim || fl_tensor_data(gate) != fl_tensor_data(x) ||
+                              memcmp(gate->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0))
+        return FL_ERR(FL_EINVAL, "norm_rescue: the gate must be x:_norm_gate(mask)'s result for this x and mask, got "
+                      "a tensor %s", SHAPE(sa, gate));
     const fl_device *dev;
     if (!(dev = fl_device_get(x->device)))
         return FL_ERR(FL_EINVAL, "norm_rescue: device %d is not available", x->device);
     int64_t n1[1] = { slices }, rescued = -1;
     fl_tensor *d = NULL, *scale = NULL, *rc = NULL, *sc = NULL;
-    fl_status st = fl_tensor_empty(&d, FL_F32, r->ndim, r->shape, r->device);
+    fl_status st = fl_tensor_empty(&d, r->dtype, r->ndim, r->shape, r->device);
     if (st == FL_OK) st = fl_tensor_empty(&scale, FL_F32, 1, n1, r->device);   /* the entry writes it all */
     if (st == FL_OK) st = fl_tensor_contiguous(&rc, r);
     if (st == FL_OK) st = fl_tensor_contiguous(&sc, s);
@@ -128,6 +180,10 @@ fl_status fl_norm_rescue(fl_tensor **out, const fl_tensor *r, const fl_tensor *s
                 if (st == FL_OK) st = fl_node_input_stub(nd, 1);
             }
         }
+    }
+    if (st == FL_OK && gn) {   /* the gate learns which slices the rescue took (-0 there in its backward) */
+        gn->iargs[1] = rescued;
+        fl_node_save(gn, 0, rescued != 0 ? scale : NULL);
     }
     fl_tensor_release(scale);
     if (st != FL_OK) { fl_tensor_release(d); return st; }

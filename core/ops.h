@@ -74,18 +74,26 @@ fl_status fl_reduce(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, b
 /* Σ a² over everything (FL_ALL_DIMS) or along dim: the values and gradient (2·a·g) of fl_reduce's sum of a·a, bit for
  * bit, in one pass on the CPU (the device entry sum_squares; elsewhere the two passes). Norm's sum of squares. */
 fl_status fl_sum_squares(fl_tensor **out, const fl_tensor *a, int dim, bool keepdim);
-/* The p-norm ‖x‖_p = (Σ|x|^p)^(1/p) kept finite where Σ|x|^p leaves fp32's range: r (the norm as the caller's ops
- * computed it) and s (the sum it is the root of), fp32 and of one shape, one value per slice of fp32 x over the dims
- * in mask (bit i: dim i is reduced; r's order is x's other dims'); p > 0 finite. out = r with r's history, but in a
- * slice whose s overflowed (inf) or fell below 2^-126 (0 or subnormal) while its largest |x| is finite and not 0:
- * the norm of x / 2^k (2^k <= that |x| < 2^(k+1), exact), in float64, times 2^k (within an ulp of the float64 norm),
- * whose gradient is the norm's derivative at x / 2^k (the same at x): [1e20, 1e20]'s Σx² is inf and [1e-30, 1e-30]'s
- * 0, where the norms are 1.414e20 and 1.414e-30. The others keep r's value bits, and r's graph its gradient bits
- * (r takes g there and 0 in the rescued slices; x takes −0 outside them, which adds nothing). One pass over the sums
- * on the CPU where none is rescued (the device entry norm_rescue: no host read; elsewhere on a host copy).
- * For p <= 2, where r's own backward at x with g = 0 stays finite (|x|^(p-1) of a finite x is finite). */
+/* The p-norm ‖x‖_p = (Σ|x|^p)^(1/p) kept finite where Σ|x|^p leaves its dtype's range: r (the norm as the caller's ops
+ * computed it) and s (the sum it is the root of), of one shape, one value per slice of x over the dims in mask (bit i:
+ * dim i is reduced; r's order is x's other dims'); r, s and x fp32, bf16 or fp16 (torch's half norms accumulate in
+ * fp32: a caller passes fp32 ones, or the dtype's own); p > 0 finite. out (r's dtype) = r with r's history, but in a
+ * slice whose s overflowed (inf) or fell below the smallest normal number of s's dtype (0 or subnormal) while its
+ * largest |x| is finite and not 0: the norm of x / c (c = 2^k <= that |x| < 2^(k+1), exact; that |x| itself for
+ * p > 512), in float64, times c, rounded to fp32 and then to r's dtype (within an ulp of the float64 norm), whose
+ * gradient is the norm's derivative at x / c (the same at x): [1e20, 1e20]'s Σx² is inf and [1e-30, 1e-30]'s 0,
+ * where the norms are 1.414e20 and 1.414e-30. The others keep r's value bits, and r's graph its gradient bits (r
+ * takes g there and 0 in the rescued slices; x takes −0 outside them, which adds nothing). One pass over the sums on
+ * the CPU where none is rescued (the device entry norm_rescue: no host read; elsewhere on a host copy).
+ * gate: NULL, or fl_norm_gate(x, mask)'s result, through which the caller computed r and s: in the rescued slices the
+ * plain formula's own backward at x with g = 0 can be NaN (|x|^(p-1) overflows for p > 2: 0·inf), and the gate then
+ * passes -0 there instead of what reaches it. */
 fl_status fl_norm_rescue(fl_tensor **out, const fl_tensor *r, const fl_tensor *s, const fl_tensor *x, uint32_t mask,
-                         double p);
+                         double p, const fl_tensor *gate);
+/* x under a new header whose gradient is the one it receives, but -0 in the slices (over the dims in mask) that a
+ * later fl_norm_rescue given it as its gate rescued (all of it passes where none was, or where no rescue ran). x
+ * itself where x takes no gradient (grad mode off, or x not requiring grad). */
+fl_status fl_norm_gate(fl_tensor **out, const fl_tensor *x, uint32_t mask);
 /* torch.logsumexp along one dim (FL_ALL_DIMS refused) of an fp32 tensor (of at least one dim, the dim not empty):
  * log Σ exp(a − m) + m, m the largest value along dim (0 where that is ±inf), with the bits of those ops one after
  * another (max, a − m, exp, sum, log, + m), in two passes on the CPU (the device entry logsumexp). Differentiable:

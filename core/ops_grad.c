@@ -770,7 +770,7 @@ static fl_status reduce_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 }
 
 /* max / min / amax (max |x|): the gradient goes to the elements equal to the result, split evenly among ties
- * (torch's rule for max() and amax; a NaN result takes the NaN elements), times sign(x) for amax. */
+ * (torch's rule for max() and amax; a NaN result takes the NaN elements), times sign(x) for amax (0 at a NaN). */
 static fl_status extreme_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->inputs[0], *r = n->saved[0];
     int op = (int)n->iargs[0], dim = (int)n->iargs[1];
@@ -792,7 +792,14 @@ static fl_status extreme_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     if (st == FL_OK) { fl_tensor_release(t); t = NULL; st = fl_binary_raw(&t, FL_OP_MUL, m2, q); }
     if (st == FL_OK) st = masked_grad(&res, m2, t);   /* not m2·q: an inf or NaN g stays off the other elements */
     if (st == FL_OK && op == FL_OP_AMAX) {
-        st = fl_unary_raw(&s, FL_OP_SIGN, x);
+        /* sign(x), but -0 at a NaN (torch's sgn(NaN) is 0: the inf-norm's gradient in a slice holding a NaN is 0
+         * there, where it was NaN until stop 99); the other elements' sign bits as they were */
+        fl_tensor *sg = NULL, *ok = NULL;
+        st = fl_unary_raw(&sg, FL_OP_SIGN, x);
+        if (st == FL_OK) st = fl_binary_raw(&ok, FL_OP_EQ, x, x);
+        if (st == FL_OK) st = fl_binary_raw(&s, FL_OP_WHERE, ok, sg);   /* sg where x == x, -0 elsewhere */
+        fl_tensor_release(sg);
+        fl_tensor_release(ok);
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, res, s);
     } else if (st == FL_OK) {
         gin[0] = res;

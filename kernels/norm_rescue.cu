@@ -1,17 +1,20 @@
-/* norm_rescue.cu — the p-norm's rescue where Σ|x|^p left fp32's range, as the "cuda" device entries norm_rescue and
- * norm_rescue_bwd (core/device.h); core/cpu/cpu_norm_rescue.c is the reference.
- * Maths: per slice o of x over the reduced dims (mask): where s[o] is in [2^-126, inf), dst[o] = r[o] and scale[o]
- * = 0; otherwise, where the slice's largest |x| is finite and not 0, scale[o] = 2^k (frexp's: 2^k <= max|x| <
- * 2^(k+1)) and dst[o] = (float)(2^k · (Σ|x / 2^k|^p)^(1/p)), the sum in float64 in the slice's element order (the
- * CPU's order: the same bits). Backward: gr[o] = g[o] where scale[o] is 0, else 0; gx = -0, and in a rescued
- * slice g[o]·sign(y)·(|y| / N)^(p-1), y = x / 2^k, N the slice's norm of y, in float64.
+/* norm_rescue.cu — the p-norm's rescue where Σ|x|^p left its dtype's range, as the "cuda" device entries norm_rescue
+ * and norm_rescue_bwd (core/device.h); core/cpu/cpu_norm_rescue.c is the reference.
+ * Maths: per slice o of x over the reduced dims (mask): where s[o] is in [tiny, inf) (tiny the smallest normal number
+ * of s's dtype: 2^-126 for fp32 and bf16, 2^-14 for fp16), dst[o] = r[o]'s bits and scale[o] = 0; otherwise, where
+ * the slice's largest |x| is finite and not 0, scale[o] = c (2^k, frexp's: 2^k <= max|x| < 2^(k+1); max|x| itself
+ * for p > 512) and dst[o] = c · (Σ|x / c|^p)^(1/p), the sum in float64 in the slice's element order (the CPU's order:
+ * the same bits), rounded to fp32 and then to r's dtype. r, s and x are fp32, bf16 or fp16 (half_cvt.h's conversions,
+ * the CPU's). Backward: gr[o] = g[o] where scale[o] is 0, else 0; gx = -0, and in a rescued slice
+ * g[o]·sign(y)·(|y| / N)^(p-1), y = x / c, N the slice's norm of y, in float64 (g, gr, gx fp32).
  * Layout: one thread per slice walks its elements through x's strides (any layout): the common case reads only
  * r and s (no host read: *rescued is -1, so the backward runs its kernels too); a rescued slice is walked
- * serially (rare: a sum out of fp32's range). gx's fill is a grid-stride pass.
- * Tolerance: bit-exact with the CPU for p 1 and 2 (the same float64 operations in the same order, no contraction:
- * __dadd_rn, __dmul_rn; sqrt correctly rounded on both); for other p within CUDA's pow (2 ulp of a float64) of
- * glibc's, which the rounding to fp32 hides but at rare ties (review 16). Not run in this session's tests (no GPU):
- * compiled only. */
+ * serially (rare: a sum out of range). gx's fill is a grid-stride pass.
+ * Tolerance: bit-exact with the CPU (the same float64 operations in the same order, no contraction: __dadd_rn,
+ * __dmul_rn, __ddiv_rn; pow is CUDA's, correctly rounded to within 1 ulp of float64 as glibc's, so p other than 1
+ * and 2 may differ from the CPU in the float64 sum's last bits, which the rounding to fp32 hides but at
+ * rare ties: review 16). Not run in this session's
+ * tests (no GPU): compiled only. */
 #include "cuda_common.cuh"
 #include "cuda_entries.h"
 
@@ -25,6 +28,17 @@ struct Layout {
     int64_t shape[FL_MAX_DIMS], stride[FL_MAX_DIMS];
     int64_t slice_len;   /* elements in one slice */
 };
+
+/* One element of an fp32, bf16 or fp16 array as a float, and a float stored as one (the CPU's ld and st) */
+__device__ float ld(const void *p, int dt, int64_t i) {
+    return dt == FL_F32 ? ((const float *)p)[i]
+           : dt == FL_BF16 ? fl_bf16_bits_to_f32(((const uint16_t *)p)[i])
+                           : fl_f16_bits_to_f32(((const uint16_t *)p)[i]);
+}
+__device__ void st(void *p, int dt, int64_t i, float v) {
+    if (dt == FL_F32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = dt == FL_BF16 ? fl_f32_to_bf16_bits(v) : fl_f32_to_f16_bits(v);
+}
 
 /* The offset (in elements, from x's first) and the row-major flat index of element j of slice o */
 __device__ void element_of(const Layout &L, int64_t o, int64_t j, int64_t *off, int64_t *flat) {
@@ -43,39 +57,42 @@ __device__ double powp(double y, double p) {
     y = fabs(y);
     return p == 2.0 ? __dmul_rn(y, y) : p == 1.0 ? y : pow(y, p);
 }
-__device__ double rootp(double s, double p) { return p == 2.0 ? sqrt(s) : p == 1.0 ? s : pow(s, 1.0 / p); }
+__device__ double rootp(double s, double p) {
+    return p == 2.0 ? sqrt(s) : p == 1.0 ? s : pow(s, __ddiv_rn(1.0, p));
+}
 
-__device__ double scaled_sum(const float *x, const Layout &L, int64_t o, double k, double p) {
+__device__ double scaled_sum(const void *x, int xt, const Layout &L, int64_t o, double c, double p) {
     double sum = 0.0;
     for (int64_t j = 0; j < L.slice_len; j++) {
         int64_t off, flat;
         element_of(L, o, j, &off, &flat);
-        sum = __dadd_rn(sum, powp(__ddiv_rn((double)x[off], k), p));
+        sum = __dadd_rn(sum, powp(__ddiv_rn((double)ld(x, xt, off), c), p));
     }
     return sum;
 }
 
-__global__ void norm_rescue_kernel(float *dst, float *scale, const float *r, const float *s, const float *x,
-                                   Layout L, int64_t n, double p) {
+__global__ void norm_rescue_kernel(void *dst, float *scale, const void *r, const void *s, const void *x, int rt,
+                                   int st_, int xt, float tiny, Layout L, int64_t n, double p) {
     int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n) return;
-    const float sv = s[o];
-    dst[o] = r[o];
+    const float sv = ld(s, st_, o);
+    if (rt == FL_F32) ((uint32_t *)dst)[o] = ((const uint32_t *)r)[o];   /* r's bits, NaNs included */
+    else ((uint16_t *)dst)[o] = ((const uint16_t *)r)[o];
     scale[o] = 0.0f;
-    if (sv >= 0x1p-126f && sv < INFINITY) return;   /* the common case */
+    if (sv >= tiny && sv < INFINITY) return;   /* the common case */
     float m = 0.0f;
     for (int64_t j = 0; j < L.slice_len; j++) {
         int64_t off, flat;
         element_of(L, o, j, &off, &flat);
-        float a = fabsf(x[off]);
+        float a = fabsf(ld(x, xt, off));
         if (a > m || a != a) m = a;
     }
     if (!(m > 0.0f && m < INFINITY)) return;   /* 0 (a sum of 0 that is right), inf, NaN */
     int e;
     frexpf(m, &e);
-    const float k = ldexpf(1.0f, e - 1);
-    scale[o] = k;
-    dst[o] = (float)__dmul_rn(rootp(scaled_sum(x, L, o, k, p), p), (double)k);
+    const float c = p <= 512.0 ? ldexpf(1.0f, e - 1) : m;
+    scale[o] = c;
+    st(dst, rt, o, (float)__dmul_rn(rootp(scaled_sum(x, xt, L, o, c, p), p), (double)c));
 }
 
 __global__ void fill_neg_zero_kernel(float *gx, int64_t n) {
@@ -83,18 +100,18 @@ __global__ void fill_neg_zero_kernel(float *gx, int64_t n) {
         gx[i] = -0.0f;
 }
 
-__global__ void norm_rescue_bwd_kernel(float *gr, float *gx, const float *g, const float *scale, const float *x,
-                                       Layout L, int64_t n, double p) {
+__global__ void norm_rescue_bwd_kernel(float *gr, float *gx, const float *g, const float *scale, const void *x,
+                                       int xt, Layout L, int64_t n, double p) {
     int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n) return;
-    const float k = scale[o];
-    gr[o] = k == 0.0f ? g[o] : 0.0f;
-    if (k == 0.0f) return;
-    const double N = rootp(scaled_sum(x, L, o, k, p), p);
+    const float c = scale[o];
+    gr[o] = c == 0.0f ? g[o] : 0.0f;
+    if (c == 0.0f) return;
+    const double N = rootp(scaled_sum(x, xt, L, o, c, p), p);
     for (int64_t j = 0; j < L.slice_len; j++) {
         int64_t off, flat;
         element_of(L, o, j, &off, &flat);
-        double y = __ddiv_rn((double)x[off], (double)k), d = 0.0;
+        double y = __ddiv_rn((double)ld(x, xt, off), (double)c), d = 0.0;
         if (y != 0.0) d = p == 2.0 ? __ddiv_rn(y, N) : copysign(pow(__ddiv_rn(fabs(y), N), p - 1.0), y);
         gx[flat] = (float)__dmul_rn((double)g[o], d);
     }
@@ -113,19 +130,25 @@ fl_status layout_of(const fl_tensor *x, uint32_t mask, Layout *L) {
     return FL_OK;
 }
 
+bool half_or_f32(fl_dtype t) { return t == FL_F32 || t == FL_BF16 || t == FL_F16; }
+
 }  // namespace
 
 extern "C" fl_status fl_cuda_dev_norm_rescue(fl_tensor *dst, fl_tensor *scale, const fl_tensor *r, const fl_tensor *s,
                                              const fl_tensor *x, uint32_t mask, double p, int64_t *rescued) {
     Layout L;
     FL_TRY(layout_of(x, mask, &L));
+    if (!half_or_f32(r->dtype) || !half_or_f32(s->dtype) || !half_or_f32(x->dtype) || dst->dtype != r->dtype)
+        return FL_ERR(FL_EINVAL, "norm_rescue on cuda: dtypes %s, %s, %s", fl_format(r->dtype)->name,
+                      fl_format(s->dtype)->name, fl_format(x->dtype)->name);
     const int64_t n = fl_tensor_numel(r);
     *rescued = -1;   /* on the device: not read back */
     if (n == 0) return FL_OK;
+    const float tiny = (float)fl_format(s->dtype)->min_normal;
     cudaStream_t stream = fl_cuda_stream();
     norm_rescue_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        (float *)fl_tensor_data(dst), (float *)fl_tensor_data(scale), (const float *)fl_tensor_data(r),
-        (const float *)fl_tensor_data(s), (const float *)fl_tensor_data(x), L, n, p);
+        fl_tensor_data(dst), (float *)fl_tensor_data(scale), fl_tensor_data(r), fl_tensor_data(s),
+        fl_tensor_data(x), (int)r->dtype, (int)s->dtype, (int)x->dtype, tiny, L, n, p);
     FL_CUDA_CHECK(cudaGetLastError(), "norm_rescue_kernel launch");
     return FL_OK;
 }
@@ -134,6 +157,8 @@ extern "C" fl_status fl_cuda_dev_norm_rescue_bwd(fl_tensor *gr, fl_tensor *gx, c
                                                  const fl_tensor *scale, const fl_tensor *x, uint32_t mask, double p) {
     Layout L;
     FL_TRY(layout_of(x, mask, &L));
+    if (!half_or_f32(x->dtype))
+        return FL_ERR(FL_EINVAL, "norm_rescue_bwd on cuda: dtype %s", fl_format(x->dtype)->name);
     const int64_t n = fl_tensor_numel(g), nx = fl_tensor_numel(gx);
     cudaStream_t stream = fl_cuda_stream();
     if (nx > 0) {
@@ -145,7 +170,7 @@ extern "C" fl_status fl_cuda_dev_norm_rescue_bwd(fl_tensor *gr, fl_tensor *gx, c
     if (n == 0) return FL_OK;
     norm_rescue_bwd_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         (float *)fl_tensor_data(gr), (float *)fl_tensor_data(gx), (const float *)fl_tensor_data(g),
-        (const float *)fl_tensor_data(scale), (const float *)fl_tensor_data(x), L, n, p);
+        (const float *)fl_tensor_data(scale), fl_tensor_data(x), (int)x->dtype, L, n, p);
     FL_CUDA_CHECK(cudaGetLastError(), "norm_rescue_bwd_kernel launch");
     return FL_OK;
 }

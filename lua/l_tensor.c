@@ -863,18 +863,30 @@ static int m_hypot(lua_State *L) {
     FL_LCALL(L, fl_hypot(slot, a, b));
     return 1;
 }
-/* r:_norm_rescue(s, x, mask, p): core/ops.h's fl_norm_rescue (lua/fp8/tensor_math.lua's T._norm_rescaled gives the
- * norms r and sums s of fp32 x over the dims in mask, bit i for dim i + 1, and p <= 2) */
+/* r:_norm_rescue(s, x, mask, p [, gate]): core/ops.h's fl_norm_rescue (lua/fp8/tensor_math.lua's T._norm_rescaled
+ * gives the norms r and sums s of x over the dims in mask, bit i for dim i + 1, and p; gate x:_norm_gate(mask)'s
+ * result, through which it computed r and s) */
 static int m_norm_rescue(lua_State *L) {
     fl_tensor *r = fl_lchecktensor(L, 1), *s = fl_lchecktensor(L, 2), *x = fl_lchecktensor(L, 3);
-    fl_lmaxargs(L, 5, "_norm_rescue", "(s, x, mask, p)");
+    fl_lmaxargs(L, 6, "_norm_rescue", "(s, x, mask, p [, gate])");
     lua_Integer mask = luaL_checkinteger(L, 4);
     double p = luaL_checknumber(L, 5);
+    fl_tensor *gate = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
     if (mask < 0 || mask >= (1 << FL_MAX_DIMS))   /* (the value named: it said 'a mask of reduced dims' alone) */
         luaL_argerror(L, 4, lua_pushfstring(L, "expected a mask of reduced dims in [0, %d], got %I",
                                             (1 << FL_MAX_DIMS) - 1, mask));
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_norm_rescue(slot, r, s, x, (uint32_t)mask, p));
+    FL_LCALL(L, fl_norm_rescue(slot, r, s, x, (uint32_t)mask, p, gate));
+    return 1;
+}
+/* x:_norm_gate(mask): core/ops.h's fl_norm_gate, the tensor T._norm_rescaled computes the plain norm from */
+static int m_norm_gate(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    fl_lmaxargs(L, 2, "_norm_gate", "(mask)");
+    lua_Integer mask = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, mask >= 0 && mask < (1 << FL_MAX_DIMS), 2, "a mask of reduced dims");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_norm_gate(slot, x, (uint32_t)mask));
     return 1;
 }
 /* cond:_where(a, b): fp8.where's core (lua/fp8/tensor.lua checks the arguments first); a number is a 0-d tensor of
@@ -1455,7 +1467,8 @@ static const luaL_Reg methods[] = {
     {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where}, {"_clamp", m_clamp_scalar},
-    {"atan2", m_atan2}, {"_hypot", m_hypot}, {"_norm_rescue", m_norm_rescue}, {"fmod", m_fmod}, {"remainder", m_remainder},
+    {"atan2", m_atan2}, {"_hypot", m_hypot}, {"_norm_rescue", m_norm_rescue}, {"_norm_gate", m_norm_gate},
+    {"fmod", m_fmod}, {"remainder", m_remainder},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},
     {"tanh", m_tanh}, {"sigmoid", m_sigmoid}, {"sin", m_sin}, {"cos", m_cos}, {"floor", m_floor}, {"ceil", m_ceil},

@@ -83,71 +83,30 @@ function T._dims_mask(x, dim)
   return m
 end
 
--- ‖x‖_p as norm_of computes it, kept where the sum it is the root of stayed in fp32's normal range, and otherwise
+-- ‖x‖_p as norm_of computes it, kept where the sum it is the root of stayed in its dtype's normal range, and otherwise
 -- computed again from x scaled by a power of two. norm_of(v) returns the norm of v over the reduced dims (in v's
 -- graph) and the sum of |v|^p it is the root of, both of the norm's shape; dim is the reduced dim, a list of them, or
--- nil for all; p the norm's order (p <= 2 in fp32: the core's rescue, below; otherwise, or without p, this one).
--- A slice whose sum overflowed (inf) or fell below the smallest normal number (0 or subnormal: [1e20, 1e20]'s Σx² is inf,
--- [1e-30, 1e-30]'s 0, where the norms are 1.414e20 and 1.414e-30) and whose largest |x| is finite and not 0 is taken
--- as x / 2^k, 2^k near that largest |x|: the division is exact (but for elements 2^126 times smaller, which do not
--- count), the sum lies in [2^-p, n·2^p), and the root times 2^k is the value the plain formula would give with an
--- unbounded exponent; its gradient is the plain formula's at x / 2^k (the norm's derivative is the same at x and at
--- x / 2^k). The other slices keep the plain formula's value bits and gradient (the sign of a zero gradient aside: the
--- unselected branch adds +0), and where no sum left the range (one small test of the sums) norm_of's result itself
--- is returned, the same bits. torch 2.15 keeps the overflow (linalg.vector_norm([1e20, 1e20]) is inf, of
--- [1e-30, 1e-30] 0, so its gradients there are 0) except for a one-element reduction, which is |x|; a norm whose
--- true value is finite in fp32 comes out finite here.
+-- nil for all; p the norm's order (finite, > 0). The core does it (core/ops.h's fl_norm_rescue; stop 98 for p <= 2
+-- in fp32, stop 99 for every p and bf16/fp16), with no host read: in one pass over the sums it keeps r where s is in
+-- [the smallest normal number of s's dtype, inf), and only a slice out of range (an overflowed sum, inf, or one that
+-- fell below that number: [1e20, 1e20]'s Σx² is inf, [1e-30, 1e-30]'s 0, where the norms are 1.414e20 and 1.414e-30)
+-- whose largest |x| is finite and not 0 has x read: its norm from x / 2^k in float64, rounded once to fp32 (and then
+-- to r's dtype: an fp16 slice's ones(70000) at p = 2 is 264.5, torch 2.15's fp32 accumulation's, where fp16's own sum
+-- overflows), its gradient the norm's derivative at x / 2^k in float64. The other slices keep norm_of's value bits
+-- and its graph's gradient bits. norm_of takes x through x:_norm_gate(mask), which passes -0 instead of the plain
+-- formula's gradient in the rescued slices: there the plain backward runs with g = 0, and for p > 2 |x|^(p-1)
+-- overflows (0·inf, NaN), which the Lua rescue's host reads kept out until stop 99. For p = 2 that backward stays
+-- finite and norm_of takes x itself: a gate would sum the two contributions of (x * x):sum (F.normalize's, cdist's)
+-- before adding them to x's gradient, in another order than x's own (an ulp apart); every other p's norm_of reaches x
+-- once, through abs. torch 2.15 keeps the
+-- overflow (linalg.vector_norm([1e20, 1e20]) is inf, of [1e-30, 1e-30] 0, so its gradients there are 0) except for a
+-- one-element reduction, which is |x|; a norm whose true value is finite in its dtype comes out finite here.
 function T._norm_rescaled(x, dim, norm_of, p)
-  local r, s = norm_of(x)
-  if x:numel() == 0 then return r end   -- sums of nothing: 0, right (and amax has no identity)
-  -- p <= 2 in fp32 (x:norm(), dist, F.normalize, pairwise_distance, cdist, renorm at their default p = 2): the core's
-  -- rescue (core/ops.h's fl_norm_rescue), with no host read where nothing left the range (stop 98; the test below
-  -- read one or two sums back, a wait for each on a GPU). For p > 2 the plain formula's backward at an x whose
-  -- |x|^(p-1) overflows is NaN even with a zero gradient, so those slices are taken through x / 2^k here, as below.
-  if p and p <= 2 and x:dtype() == "fp32" and s:dtype() == "fp32" and r:dtype() == "fp32" then
-    return r:_norm_rescue(s, x, T._dims_mask(x, dim), p)
-  end
-  -- the smallest normal number of the sums' dtype (fp16's 2^-14: 2^-126 is 0 there, and an fp16 Σx² of 0 passed)
-  local tiny = s:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126
-  -- the common case's test: the smallest sum and the largest in range (a NaN fails it, and the test below decides)
-  local lo, hi
-  if s:dim() == 0 then lo = s:item(); hi = lo else lo, hi = s:min():item(), s:max():item() end
-  if lo >= tiny and hi < math.huge then return r end
-  s = s:detach()
-  local off = s:eq(math.huge):logical_or(s:lt(tiny))
-  if off:any():item() == 0 then return r end   -- (item gives 0 or 1)
-  local m = x:detach():abs()
-  if dim == nil then m = m:amax() else m = m:amax(dim, true) end   -- x's dims kept, so it broadcasts against x
-  local rescue = off:reshape(m:shape()):logical_and(m:gt(0)):logical_and(m:lt(math.huge))   -- not 0, inf or NaN
-  if rescue:any():item() == 0 then return r end   -- zero slices (a sum of 0 that is right), infinities, NaNs
-  local scale = where(rescue, m:log2():floor():clamp_max(127):exp2(), 1)   -- 2^k, k <= 127 (2^128 is inf)
-  -- The values x / 2^k and r2·2^k, the gradient ∂r2/∂y passed to x as it is: the norm's derivative (through the
-  -- division and the product, g·2^k underflowed or overflowed at the ends: [1e-45, 1e-45]'s gradient was 0). The
-  -- zero terms (v − v:detach(), 0 with a gradient of 1, finite in a rescued slice) are selected in those slices
-  -- alone, so the others keep norm_of(x)'s value and gradient bits (an inf there would have made them NaN).
-  -- A rescued slice's norm can still be out of range: a true norm past the dtype's largest value, or a sum of
-  -- |x / 2^k|^p past it (below n·2^p: a large p, p = 200 of [1.9, 1.9] in fp32); there r2 is inf and its product
-  -- with 2^k is kept as it is (r2 − r2d is inf − inf, NaN: the norm and normalize's result were NaN, stop 98). An
-  -- fp16 x's rescued slices are computed in fp32 and rounded once, as torch 2.15's fp16 norms accumulate in fp32:
-  -- fp16's 65504 is passed by the rescued sum of 16,380 ones at p = 2 (F.normalize of fp16 ones(2, 70000) was NaN,
-  -- 0 before stop 97, torch's 0.00378), and there r2 (from x / 2^k with x's graph cut) keeps the other slices' bits.
-  local xd = x:detach()
-  local function times_scale(r2)   -- r2·2^k with r2's gradient, r2 where it is inf or NaN
-    local r2d = r2:detach()
-    local sc = scale:reshape(r2:shape())
-    if sc:dtype() ~= r2:dtype() then sc = sc:to(r2:dtype()) end
-    return where(r2d:isfinite(), r2d * sc + (r2 - r2d), r2)
-  end
-  local r2, rescued
-  if x:dtype() == "fp16" then
-    r2 = norm_of(where(rescue, xd / scale, x))
-    local x32, xd32 = x:float(), xd:float()
-    rescued = times_scale(norm_of(where(rescue, xd32 / scale:float() + (x32 - xd32), xd32))):to("fp16")
-  else
-    r2 = norm_of(where(rescue, xd / scale + (x - xd), x))
-    rescued = times_scale(r2)
-  end
-  return where(rescue:reshape(r2:shape()), rescued, r2)
+  if x:numel() == 0 then return (norm_of(x)) end   -- sums of nothing: 0, right
+  local mask = T._dims_mask(x, dim)
+  local xg = p ~= 2 and x:_norm_gate(mask) or x
+  local r, s = norm_of(xg)
+  return r:_norm_rescue(s, x, mask, p, xg)
 end
 
 -- A tensor of `shape` filled with v (x's dtype and device unless opts says), which stays in x's graph when x requires

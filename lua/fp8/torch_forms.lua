@@ -69,7 +69,8 @@ end)
 -- a list of dims), for every p but NaN, as torch 2.15's: p = 2 (or "fro"), 1, math.huge (max |x|), -math.huge (min
 -- |x|), 0 (the count of nonzero elements, NaN counted; its gradient zeros), p < 0 ((Σ|x|^p)^(1/p), 0 where an
 -- element is 0) and any other p > 0 ((Σ|x|^p)^(1/p)); p other than 1, 2 and math.huge refused until stop 98. The
--- 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's); the ±inf norms' is split among the ties (and NaNs).
+-- 2-norm's gradient is x/‖x‖, and 0 where ‖x‖ = 0 (torch's); the ±inf norms' is split among the ties, and 0 in a
+-- slice holding a NaN (torch's).
 -- bf16/fp16 inputs are computed in fp32 and rounded once, as torch's accumulate type.
 Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   local dt = check_self("norm", t); no_more("norm", "([p [, dim [, keepdim]]])", ...)
@@ -84,7 +85,8 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   local x = (dt == "bf16" or dt == "fp16") and t:float() or t
   local r
   if p == 1 then r = x:abs():sum(dim, keepdim)
-  elseif p == math.huge then r = x:amax(dim, keepdim)
+  elseif p == math.huge then   -- (a slice holding a NaN: amax's backward takes sign(NaN) as 0, torch's sgn; stop 99)
+    r = x:amax(dim, keepdim)
   elseif p == 2 then
     -- Σx² in one pass (core/ops.h's fl_sum_squares: (x * x):sum(dim, keepdim)'s bits and gradient; over a list of
     -- dims, those two); where it over- or underflows, x scaled by a power of two first (T._norm_rescaled)
