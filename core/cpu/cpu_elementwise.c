@@ -330,9 +330,30 @@ static void scalar_tile(void *vc, int64_t n, const int64_t *off, const int64_t *
 }
 
 /* clamp between two numbers as maximum then minimum, both binary_scalar's, in one loop (two passes over a tensor were
- * 2.0× torch's clamp) */
+ * 2.0× torch's clamp). With bounds that are not NaN (the usual case), maximum1 and minimum1 are one compare and one
+ * select each, the compare picked by the bound's zero: a bound other than ±0 equal to x has x's bits, so either
+ * select gives them; at lo = +0, max as x > lo ? x : lo gives +0 for x = -0, at lo = -0, x < lo ? lo : x keeps
+ * x = +0 (maximum's -0 < +0); at hi = +0, min as m > hi ? hi : m keeps m = -0, elsewhere m < hi ? m : hi (at hi = -0,
+ * -0 for m = +0: minimum's). A NaN x gives x + lo (maximum1's x + y; minimum1's NaN + hi is that NaN again): the
+ * same bits. The general form's ~20 vector instructions for 8 floats kept clamp of [4096, 1024] at 2.1 ms, 1.25-1.34
+ * now (the fastest of 90 calls each, alternating; torch 2.15's 1.3-1.4 in the same hours; stop 99). */
+static inline __attribute__((always_inline)) void clamp_sel(const float *a, float lo, float hi, float *d, int64_t n,
+                                                            bool lo_gt, bool hi_gt) {
+    _Pragma("omp simd")
+    for (int64_t i = 0; i < n; i++) {
+        const float x = a[i];
+        const float m = lo_gt ? (x > lo ? x : lo) : (x < lo ? lo : x);
+        const float r = hi_gt ? (m > hi ? hi : m) : (m < hi ? m : hi);
+        d[i] = x != x ? x + lo : r;
+    }
+}
 static inline void clamp_run(const float *a, float lo, float hi, float *d, int64_t n) {
-    EW_LOOP(minimum1(maximum1(a[i], lo), hi));
+    if (lo != lo || hi != hi) { EW_LOOP(minimum1(maximum1(a[i], lo), hi)); return; }
+    const bool lo_gt = !(lo == 0.0f && signbit(lo)), hi_gt = hi == 0.0f && !signbit(hi);
+    if (lo_gt && !hi_gt) clamp_sel(a, lo, hi, d, n, true, false);
+    else if (lo_gt) clamp_sel(a, lo, hi, d, n, true, true);
+    else if (!hi_gt) clamp_sel(a, lo, hi, d, n, false, false);
+    else clamp_sel(a, lo, hi, d, n, false, true);
 }
 
 static void clamp_tile(void *vc, int64_t n, const int64_t *off, const int64_t *st) {
