@@ -1,10 +1,12 @@
 -- Changed on 2026-12-07 (stop 99): the memory-bound ops stop 98 left over 1.1× PyTorch 2.15 at one thread
 -- (docs/performance.md, "The memory-bound rows stop 98 left slow (stop 99)"): clamp between two numbers as one compare
 -- and one select per bound (core/cpu/cpu_elementwise.c clamp_sel), and bf16 + - * / of contiguous tensors widened
--- and rounded in registers (bf16_binop_run) where three scratch passes a tile did it. Each keeps its bits: these
--- cases compare against the definitions (clamp's maximum then minimum with -0 < +0 and NaN in, NaN out; fp32
--- arithmetic in doubles rounded once to fp32 and once to bf16, nearest even), on the fast routes and the tiles' routes
--- beside them (strided views), with signed zeros, infinities, NaN, subnormals and odd lengths, and on 1 and 2 threads.
+-- and rounded in registers (bf16_binop_run) where three scratch passes a tile did it, and the sums' loads prefetched
+-- 2 KiB ahead (core/cpu/cpu_reduce.c lanes_add: x:norm(2, 2), x:sum(2)). Each keeps its bits: these cases compare
+-- against the definitions (clamp's maximum then minimum with -0 < +0 and NaN in, NaN out; fp32 arithmetic in doubles
+-- rounded once to fp32 and once to bf16, nearest even; a row's sum in doubles rounded once), on the fast routes and
+-- the tiles' routes beside them (strided views), with signed zeros, infinities, NaN, subnormals and odd lengths, and
+-- on 1 and 2 threads.
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = FP8LAB_BIN or "build/fp8lab"
 local inf, nan = math.huge, 0 / 0
@@ -35,7 +37,9 @@ local SPECIAL = { 0, -0.0, inf, -inf, nan, 1, -1, 0.5, -0.5, 2, -2, 1e-40, -1e-4
 local function values(n, seed)
   local v = {}
   math.randomseed(seed)
-  for i = 1, n do v[i] = f32(i <= #SPECIAL * 3 and SPECIAL[(i * 7 + seed) % #SPECIAL + 1] or (math.random() - 0.5) * 8) end
+  for i = 1, n do
+    v[i] = f32(i <= #SPECIAL * 3 and SPECIAL[(i * 7 + seed) % #SPECIAL + 1] or (math.random() - 0.5) * 8)
+  end
   return v
 end
 
@@ -128,6 +132,31 @@ describe("bf16 + - * / of contiguous tensors, in registers (stop 99)", function(
   end)
 end)
 
+describe("row sums and x:norm(2, dim) with the loads prefetched 2 KiB ahead (stop 99)", function()
+  it("are the sums in doubles rounded once, within an ulp, at row lengths around the 16 lanes and a page", function()
+    math.randomseed(991)
+    for _, cols in ipairs { 1, 15, 16, 17, 511, 512, 513, 1024, 1029 } do
+      local rows = 7
+      local v = {}
+      for i = 1, rows * cols do v[i] = f32((math.random() - 0.5) * 10) end
+      local x = fp8.tensor(v):reshape { rows, cols }
+      local s, n = flat(x:sum(2)), flat(x:norm(2, 2))
+      for r = 1, rows do
+        local sum, sq = 0, 0
+        for j = 1, cols do
+          local e = v[(r - 1) * cols + j]
+          sum = sum + e; sq = sq + f32(e * e)   -- (each square rounded to fp32 first, as the core's)
+        end
+        for _, c in ipairs { { "sum", s[r], f32(sum) }, { "norm", n[r], f32(math.sqrt(f32(sq))) } } do
+          local ulp = 2.0 ^ (math.floor(math.log(math.max(math.abs(c[3]), 2 ^ -126), 2)) - 23)
+          assert(math.abs(c[2] - c[3]) <= ulp, ("%s of row %d of [%d, %d]: %.9g, want %.9g"):format(c[1], r, rows,
+            cols, c[2], c[3]))
+        end
+      end
+    end
+  end)
+end)
+
 describe("the changed routes on 1 and 2 threads (stop 99)", function()
   it("give the same bits", function()
     local code = [[
@@ -141,6 +170,7 @@ describe("the changed routes on 1 and 2 threads (stop 99)", function()
         h = (h + (v:nan_to_num(7, 1, -1) * fp8.arange(v:numel()):float():sin()):sum():item()) % 1e9
       end
       acc(x:clamp(-1, 0.5)); acc(x:clamp(0, 1)); acc(xb + yb); acc(xb * yb); acc(xb / yb); acc(xb - yb)
+      acc(x:norm(2, 2)); acc(x:sum(2)); acc(x:sum(1)); acc(x:sum():reshape { 1 })
       print(string.format("%.17g", h))
     ]]
     local function run(threads)
