@@ -32,6 +32,10 @@ static inline __attribute__((always_inline)) void lanes_add(v4d *p, const float 
     v4d p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
     int64_t i = 0;
     for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        /* 2 KiB ahead: a row of x:sum(2) or x:norm(2, 2) is often one 4 KiB page, where the hardware's streamer stops;
+         * without it those rows read at ~80% of the speed of torch's (0.73-0.90 ms for [4096, 1024], 0.63-0.71 with
+         * it; stop 99). A prefetch changes no value, and one past the end of x is dropped. */
+        __builtin_prefetch(x + i + 512);
         p0 += widen4(x + i, sq); p1 += widen4(x + i + 4, sq); p2 += widen4(x + i + 8, sq); p3 += widen4(x + i + 12, sq);
     }
     p[0] = p0; p[1] = p1; p[2] = p2; p[3] = p3;
