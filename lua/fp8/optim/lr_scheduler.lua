@@ -1837,7 +1837,12 @@ function Plateau:state_dict()
   elseif sd.best == math.huge or sd.best == -math.huge then sd.best = sd.best > 0 and "inf" or "-inf" end
   sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
   -- torch's keys for the settings too (stop 99), at its top level: load_state_dict compares them there
-  for k, v in pairs(sd.settings) do sd[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v end
+  -- (min_lrs a fresh list of numbers; the others, scalars, only where JSON can hold them: a table written there by
+  -- hand whose length lies hung state_dict, sweep seed 1 of stop 99)
+  for k, v in pairs(sd.settings) do
+    if k == "min_lrs" then sd[k] = table.move(v, 1, rawlen(v), 1, {})
+    elseif type(v) ~= "table" and storable(v) then sd[k] = v end
+  end
   sd.default_min_lr = rawget(self, "_default_min_lr")
   return sd
 end
