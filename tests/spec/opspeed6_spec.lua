@@ -173,13 +173,6 @@ describe("the changed routes on 1 and 2 threads (stop 99)", function()
       acc(x:norm(2, 2)); acc(x:sum(2)); acc(x:sum(1)); acc(x:sum():reshape { 1 })
       print(string.format("%.17g", h))
     ]]
-    local function run(threads)
-      local out, ok = U.sh(("OMP_NUM_THREADS=%d %s -e %s"):format(threads, BIN, U.q(code)))
-      assert(ok, out)
-      return out
-    end
-    local one = run(1)
-    assert.are.equal(one, run(2))
-    assert.is_truthy(one:match("^%d"))
+    U.same_on_threads(BIN, code)
   end)
 end)

@@ -177,13 +177,6 @@ describe("gather read in place (stop 99)", function()
       acc(x:gather(1, i1)); acc(x:to("fp16"):gather(1, i1))
       print(string.format("%.17g", h))
     ]]
-    local function run(threads)
-      local out, ok = U.sh(("OMP_NUM_THREADS=%d %s -e %s"):format(threads, BIN, U.q(code)))
-      assert(ok, out)
-      return out
-    end
-    local one = run(1)
-    assert.are.equal(one, run(2))
-    assert.is_truthy(one:match("^%d"))
+    U.same_on_threads(BIN, code)
   end)
 end)

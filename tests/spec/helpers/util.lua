@@ -56,6 +56,20 @@ function U.sh(cmd)
   return out, ok == true
 end
 
+-- Runs the Lua chunk `code` (which prints one number: a hash of what it computed) in a child `bin -e` on 1 and on 2
+-- threads (OMP_NUM_THREADS) and asserts both print the same; returns what they printed.
+function U.same_on_threads(bin, code)
+  local function run(threads)
+    local out, ok = U.sh(("OMP_NUM_THREADS=%d %s -e %s"):format(threads, bin, U.q(code)))
+    assert(ok, out)
+    return out
+  end
+  local one = run(1)
+  assert.are.equal(one, run(2))
+  assert.is_truthy(one:match("^%d"), one)
+  return one
+end
+
 -- Runs f(...) and returns its error message, asserting it failed and that the message contains
 -- every plain substring in `needles` (a string or a list of strings).
 function U.fails_with(needles, f, ...)
