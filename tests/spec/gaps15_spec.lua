@@ -73,18 +73,9 @@ end)
 
 describe("the norms' rescue in the core", function()
   local F = fp8.nn.functional
-  -- the ops a call records (fp8.profiler): the range test of Σ|x|^p was a min and a max of the sums and their item()s
+  -- U.ops_of, the ops a call records (fp8.profiler): the range test of Σ|x|^p was a min and a max of the sums and their item()s
   -- (lua/fp8/tensor_math.lua's T._norm_rescaled until stop 98), a wait for the device on each read; the core's
   -- norm_rescue reads nothing back where nothing left the range
-  local function ops_of(f)
-    local prof = fp8.profiler.profile {}
-    prof:start()
-    f()
-    prof:stop()
-    local names = {}
-    for _, e in ipairs(prof:events()) do names[#names + 1] = e.name end
-    return table.concat(names, " ")
-  end
   it("takes no min, max or amax of the sums where nothing left fp32's range (p <= 2)", function()
     fp8.manual_seed(3)
     local x, y = fp8.randn { 4, 8 }, fp8.randn { 4, 8 }
@@ -96,7 +87,7 @@ describe("the norms' rescue in the core", function()
       pairwise = function() return F.pairwise_distance(x, y) end, cdist = function() return fp8.cdist(x, y) end,
       renorm = function() return x:renorm(2, 1, 1) end,
     } do
-      local ops = " " .. ops_of(f) .. " "
+      local ops = U.ops_of(f)
       assert.truthy(ops:find(" norm_rescue ", 1, true), name .. ": " .. ops)
       for _, bad in ipairs { " min ", " max ", " amax " } do
         assert.falsy(ops:find(bad, 1, true), name .. ": " .. ops)

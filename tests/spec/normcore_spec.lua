@@ -66,17 +66,9 @@ local NORMALIZE = {
   },
 }
 
--- the ops a call records (fp8.profiler): the Lua rescue took a min and a max of the sums (or an item of a 0-d one)
+-- U.ops_of, the ops a call records (fp8.profiler): the Lua rescue took a min and a max of the sums (or an item of a 0-d one)
 -- and read them back; the core's norm_rescue reads nothing
-local function ops_of(f)
-  local prof = fp8.profiler.profile {}
-  prof:start()
-  f()
-  prof:stop()
-  local names = {}
-  for _, e in ipairs(prof:events()) do names[#names + 1] = e.name end
-  return " " .. table.concat(names, " ") .. " "
-end
+local ops_of = U.ops_of
 
 describe("normcore: the norms' rescue in the core for every p and bf16/fp16 (stop 99)", function()
   it("takes no min, max or amax of the sums for p > 2 and for bf16/fp16 inputs", function()

@@ -56,6 +56,18 @@ function U.sh(cmd)
   return out, ok == true
 end
 
+-- The names of the ops f() records (fp8.profiler), in order, each between spaces (" add sum norm_rescue "): what a
+-- call ran, e.g. whether it read a value back (a min, a max, an item).
+function U.ops_of(f)
+  local prof = fp8.profiler.profile {}
+  prof:start()
+  f()
+  prof:stop()
+  local names = {}
+  for _, e in ipairs(prof:events()) do names[#names + 1] = e.name end
+  return " " .. table.concat(names, " ") .. " "
+end
+
 -- Runs the Lua chunk `code` (which prints one number: a hash of what it computed) in a child `bin -e` on 1 and on 2
 -- threads (OMP_NUM_THREADS) and asserts both print the same; returns what they printed.
 function U.same_on_threads(bin, code)
