@@ -21,3 +21,31 @@ describe("the -inf norm's smallest |x|", function()
     assert.are.same({1, 0.5}, x:norm(-math.huge, 2):tolist())
   end)
 end)
+
+describe("recurrent layers and the GPT with a huge number of layers", function()
+  -- RNN, LSTM and GRU took num_layers = math.maxinteger (any positive integer) and built layers for ever, each small
+  -- enough for the size check (found by the sweep's new option-key entries: fp8.nn.GRU(3, 2, {num_layers = V}));
+  -- the GPT's n_layer the same (found by hand beside them). Both are bounded as the encoder stacks' num_layers.
+  it("refuses a count past 4096 at once, and builds within it", function()
+    for _, c in ipairs {
+      { function() return fp8.nn.RNN(3, 2, { num_layers = math.maxinteger }) end,
+        "RNN: num_layers must be an integer in 1..4096, got 9223372036854775807" },
+      { function() return fp8.nn.LSTM(3, 2, { num_layers = 4097 }) end,
+        "LSTM: num_layers must be an integer in 1..4096, got 4097" },
+      { function() return fp8.nn.GRU{ input_size = 3, hidden_size = 2, num_layers = 1 << 40 } end,
+        "GRU: num_layers must be an integer in 1..4096, got 1099511627776" },
+      { function() return fp8.nn.GRU(3, 2, { num_layers = 0 }) end,
+        "GRU: num_layers must be an integer in 1..4096, got 0" },
+      { function()
+          return fp8.nn.GPT{ vocab_size = 5, block_size = 4, n_layer = math.maxinteger, n_head = 2, n_embd = 4 }
+        end, "GPT: n_layer must be an integer in 1..4096, got 9223372036854775807" },
+    } do
+      local ok, e = ends(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find(c[2], 1, true), e)
+    end
+    assert.are.equal(3, fp8.nn.LSTM(3, 2, { num_layers = 3 }).num_layers)
+    local gpt = fp8.nn.GPT{ vocab_size = 5, block_size = 4, n_layer = 2, n_head = 2, n_embd = 4 }
+    assert.are.equal(2, gpt.config.n_layer)
+  end)
+end)
