@@ -1,8 +1,8 @@
 -- api_sweep.lua — calls every entry of the live fp8 API with hostile arguments, each batch in a
 -- child process, and reports any crash (signal, abort), hang or sanitizer report with a
 -- `build/fp8lab -e '...'` reproducer. The API is enumerated from the live tables (the fp8 table,
--- every fp8.* module, methods and metamethods of one instance of each kind of object), so a
--- function is swept the day it is added. docs/robustness.md describes it.
+-- every fp8.* module, methods and metamethods of one instance of each kind of object, each key a function reads
+-- from an options table), so a function is swept the day it is added. docs/robustness.md describes it.
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
@@ -69,6 +69,12 @@ local DENY_PATTERNS = {
 local SLOW = {
   ["fp8.nn.Transformer"] = 4,   -- no argument (or an empty options table) builds torch's default 44M-parameter model
 }
+
+-- The multiple of the per-call limit an entry is allowed (an option-key entry: its function's, sweep 111)
+local function slow_of(e)
+  local b = e.kind == "optkey" and e.base or e
+  return b.kind == "func" and SLOW[b.expr] or 1
+end
 
 local function denied(path)
   path = path:gsub('^require%("(.-)"%)', "%1")
@@ -765,7 +771,7 @@ local function child(spec)
     env.O, env.T = O, load("return " .. T_SRC(e, form), "=T", "t", env)()
     local okv, V = pcall(vf)
     local t0 = os.clock()
-    local lim = limit * (e.kind == "func" and SLOW[e.expr] or 1)
+    local lim = limit * slow_of(e)
     -- a per-call CPU-time limit for loops in Lua; a hang in C is caught by the batch timeout
     debug.sethook(function() if os.clock() - t0 > lim then error("api_sweep: call timed out", 2) end end, "", 10000)
     local ok, r = pcall(function()
@@ -993,11 +999,14 @@ local function parent()
         break
       end
       -- confirm alone
-      local one = run_child(tmp, { culprit }, tag .. "_x" .. round, 4 * opt.timeout + 10)
+      -- (alone, a slow entry's multiple of the limit too: a default nn.Transformer under --gc-stress took more than
+      -- the 30 s a call alone had, sweep 111)
+      local alone = slow_of(entries[culprit[2]]) * (4 * opt.timeout + 10)
+      local one = run_child(tmp, { culprit }, tag .. "_x" .. round, alone)
       local why
       local san1 = sanitizer_report(one.stderr)
       if san1 then why = "sanitizer: " .. san1
-      elseif one.rc == 137 or one.rc == 124 then why = "hang (killed after " .. (4 * opt.timeout + 10) .. " s)"
+      elseif one.rc == 137 or one.rc == 124 then why = "hang (killed after " .. alone .. " s)"
       elseif one.rc and one.rc > 128 then why = "signal " .. (one.rc - 128)
       elseif one.rc ~= 0 then why = "exit status " .. tostring(one.rc)
       elseif san then why = "sanitizer (in batch only): " .. san
