@@ -49,3 +49,23 @@ describe("recurrent layers and the GPT with a huge number of layers", function()
     assert.are.equal(2, gpt.config.n_layer)
   end)
 end)
+
+describe("a scheduler given a table whose param_groups lies", function()
+  -- ReduceLROnPlateau({param_groups = V}) with a table whose __len lies (2^62) looped over its groups for ever (the
+  -- option-key entries' finding); LambdaLR's count of lambdas the same. The schedulers take an optimizer's plain list
+  -- only now (check_opt, every scheduler), the message naming it.
+  it("is refused at once, and an optimizer's groups are taken", function()
+    local LS = fp8.optim.lr_scheduler
+    for _, c in ipairs {
+      { "ReduceLROnPlateau", function() return LS.ReduceLROnPlateau({ param_groups = lying() }) end },
+      { "LambdaLR", function() return LS.LambdaLR({ param_groups = lying() }, function() return 1 end) end },
+    } do
+      local ok, e = ends(c[2])
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find(c[1] .. ": expected an optimizer from fp8.optim, got a table whose param_groups "
+        .. "is not a plain list", 1, true), e)
+    end
+    local opt = fp8.optim.SGD(fp8.nn.Linear(3, 2):parameters(), { lr = 0.1 })
+    assert.are.same({ 0.1 }, LS.ReduceLROnPlateau(opt):get_last_lr())
+  end)
+end)
