@@ -69,3 +69,18 @@ describe("a scheduler given a table whose param_groups lies", function()
     assert.are.same({ 0.1 }, LS.ReduceLROnPlateau(opt):get_last_lr())
   end)
 end)
+
+describe("autograd.Function's link given a count past any call's", function()
+  -- _link (fp8.autograd.Function's and checkpoint's tie of results to arguments) looped from 1 to args.n: an n of 2^62
+  -- ran for ever over nils (the whole-API run: require("fp8.autograd_function")._link({n = V}), six values). Internal;
+  -- its callers pass table.pack's counts, at most Lua's stack of 1,000,000 values, the bound it checks now.
+  it("refuses it at once", function()
+    local link = require("fp8.autograd_function")._link
+    for _, n in ipairs { 2 ^ 62, math.maxinteger, 2 ^ 31, -1 } do
+      local ok, e = ends(link, { n = n }, table.pack())
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find("_link: args must be a packed list (table.pack), its n an integer in 0..1000000",
+        1, true), e)
+    end
+  end)
+end)
