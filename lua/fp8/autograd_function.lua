@@ -40,6 +40,16 @@ local function is_float_tensor(v) return core.is_tensor(v) and FLOAT[v:dtype()] 
 -- link to a stand-in leaf all the same (checkpoint: the parameters its function uses still need the backward);
 -- without it, nothing is linked and the results come back as they are. Returns also the argument positions linked.
 function M._link(args, outs, wanted, on_backward, stand_in)
+  -- (args.n and outs.n are table.pack's counts, so at most Lua's stack, 1,000,000 values: an n of 2^62 looped over
+  -- nils for ever, sweep 111)
+  for _, w in ipairs { { "args", args }, { "outs", outs } } do
+    local what, t = w[1], w[2]
+    local n = type(t) == "table" and rawget(t, "n")
+    if math.type(n) ~= "integer" or n < 0 or n > 1000000 then
+      error(("_link: %s must be a packed list (table.pack), its n an integer in 0..1000000, got %s"):format(what,
+        type(t) == "table" and ("n = " .. tostring(n)) or type(t)), 2)
+    end
+  end
   local grad_args, links = {}, {}
   for i = 1, args.n do
     local a = args[i]

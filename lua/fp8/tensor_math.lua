@@ -52,7 +52,10 @@ function T._min_abs_norm(x, dim, keepdim)
     m = ad:min()
     if x:dim() > 0 then m = m:reshape(ad:sum(nil, true):shape()) end
   else
-    for _, d in ipairs(type(dim) == "table" and dim or { dim }) do m = m:min(d, true) end
+    -- (the list read raw, as _dims_mask's: a table whose __index answers every key made ipairs run for ever, sweep
+    -- 111; the sums below refuse such a table)
+    local list = type(dim) == "table" and dim or { dim }
+    for i = 1, rawlen(list) do m = m:min(rawget(list, i), true) end
   end
   local mask = ad:eq(m):logical_or(ad:isnan())
   local count = mask:to(a:dtype()):sum(dim, true)

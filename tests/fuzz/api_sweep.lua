@@ -1,8 +1,8 @@
 -- api_sweep.lua — calls every entry of the live fp8 API with hostile arguments, each batch in a
 -- child process, and reports any crash (signal, abort), hang or sanitizer report with a
 -- `build/fp8lab -e '...'` reproducer. The API is enumerated from the live tables (the fp8 table,
--- every fp8.* module, methods and metamethods of one instance of each kind of object), so a
--- function is swept the day it is added. docs/robustness.md describes it.
+-- every fp8.* module, methods and metamethods of one instance of each kind of object, each key a function reads
+-- from an options table), so a function is swept the day it is added. docs/robustness.md describes it.
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
@@ -69,6 +69,12 @@ local DENY_PATTERNS = {
 local SLOW = {
   ["fp8.nn.Transformer"] = 4,   -- no argument (or an empty options table) builds torch's default 44M-parameter model
 }
+
+-- The multiple of the per-call limit an entry is allowed (an option-key entry: its function's, sweep 111)
+local function slow_of(e)
+  local b = e.kind == "optkey" and e.base or e
+  return b.kind == "func" and SLOW[b.expr] or 1
+end
 
 local function denied(path)
   path = path:gsub('^require%("(.-)"%)', "%1")
@@ -240,6 +246,15 @@ local function module_names()
   end
   for _, m in ipairs { "fp8.core", "fp8._data", "fp8._nn", "fp8._optim", "fp8._fp8_layer", "fp8._memory", "fp8.settings", "fp8._profiler", "fp8.cuda",
                        "fp8.config", "fp8._dist", "fp8._checkpoint" } do names[#names + 1] = m end
+  -- (sweep 111) and every C module the host loaded that the lists above miss (fp8._fileio and fp8._luarng, made by
+  -- luaL_requiref in l_fp8.c, were never swept: a module registered the day it is added is swept that day)
+  local have, extra = {}, {}
+  for _, m in ipairs(names) do have[m] = true end
+  for m, v in pairs(package.loaded) do
+    if type(m) == "string" and m:match("^fp8[._]") and not have[m] and type(v) == "table" then extra[#extra + 1] = m end
+  end
+  table.sort(extra)
+  for _, m in ipairs(extra) do names[#names + 1] = m end
   MODULES = names
   return names
 end
@@ -288,6 +303,20 @@ local function method_chain(v)
   return chain
 end
 
+-- ---- calls ----------------------------------------------------------------------------------
+-- The call body with O (the instance) and V (the hostile value); forms per entry kind.
+-- T, the tensor argument, is built before V (T_SRC), so V can reach it.
+-- The last form of a function or method (since stop 97) takes T requiring grad (a function's first argument, a tensor
+-- method's self, any other method's first argument) and runs a backward through a result that requires grad (BACK):
+-- the backward kernels (softmax along a strided dim, rms_norm, gather, hypot, ...) were reached by no hostile value.
+local T_GRAD = "fp8.tensor{{0.5, -1, 2}, {3, -0.25, 1}}:requires_grad(true)"
+local function T_SRC(e, form)
+  if form and form:find("BACK(", 1, true) then return T_GRAD end
+  local k = e.kind == "optkey" and e.base.kind or e.kind
+  return k == "method" and "fp8.ones{1, 2}" or "fp8.ones{2, 3}"
+end
+-- (sweep 111) the arguments before an options table whose keys the probe records (T: the call's tensor argument)
+local OPT_PREFIXES = { "", "T, ", "2, ", "3, 2, ", "T, 'e4m3', ", "'e4m3', ", "4, 6, 3, ", "T, 1, " }
 local function enumerate()
   local fp8 = _G.fp8 or require "fp8"
   local entries, seen_fn, insts, inst_by_mt = {}, {}, {}, {}
@@ -536,20 +565,65 @@ local function enumerate()
       end
     end
   end
-  return entries, insts, probed
+  -- (sweep 111) an options table with one key hostile: the string keys each function and method reads from a table
+  -- given after a few ordinary argument lists (OPT_PREFIXES: an options table first, after a tensor, after sizes, ...),
+  -- found by calling it once with each prefix and a table whose __index records the keys asked for; each key is a new
+  -- entry whose form passes {[key] = V} there. The battery's tables ({x = 1}, the lying list) never set a key a
+  -- function reads, so a binding that allocates, then reads its options and raises was reached only with every option
+  -- absent. The parent probes (a method on a fresh instance of its kind, under an instruction budget) and hands the
+  -- children the keys (FP8LAB_SWEEP_OPTKEYS; given in the sweep's environment, the probe is skipped)
+  local optkeys = {}
+  local given_keys = os.getenv("FP8LAB_SWEEP_OPTKEYS")
+  if given_keys then
+    for ei, pi, k in given_keys:gmatch("(%d+) (%d+) ([^\n]+)") do
+      optkeys[#optkeys + 1] = { tonumber(ei), tonumber(pi), k }
+    end
+  else
+    local n_entries = #entries
+    local env = setmetatable({ fp8 = fp8 }, { __index = _G })
+    local print0, out0, stdout0 = print, io.output(), io.stdout   -- what the probed calls print goes nowhere
+    local null = io.open("/dev/null", "w")
+    print, io.stdout = function() end, null
+    io.output(null)
+    for ei = 1, n_entries do
+      local e = entries[ei]
+      if e.kind == "func" or e.kind == "method" then
+        local seen = {}
+        -- (a Lua method's first argument is its self, whose fields are entries already)
+        for pi = e.method and 2 or 1, #OPT_PREFIXES do
+          local order = {}
+          local P = setmetatable({}, { __index = function(_, k)
+            if type(k) == "string" and k:match("^[%a_][%w_]*$") and not k:match("^__") and not seen[k] then
+              seen[k] = true; order[#order + 1] = k
+            end
+          end })
+          pcall(function()
+            local O = e.kind == "method" and load("return " .. insts[e.inst].src, "=optkey", "t", env)() or nil
+            local f = e.kind == "func" and load("return " .. e.expr, "=optkey", "t", env)() or O[e.name]
+            local T = load("return " .. T_SRC(e), "=optkey", "t", env)()
+            local args = load("local T, P = ...; return " .. OPT_PREFIXES[pi] .. "P", "=optkey", "t", env)
+            debug.sethook(function() error("api_sweep: probe budget", 2) end, "", 1000000)
+            if O then f(O, args(T, P)) else f(args(T, P)) end
+          end)
+          debug.sethook()
+          for _, k in ipairs(order) do optkeys[#optkeys + 1] = { ei, pi, k } end
+        end
+      end
+    end
+    print, io.stdout = print0, stdout0
+    io.output(out0)
+    null:close()
+  end
+  local lines = {}
+  for _, ok in ipairs(optkeys) do
+    local base = entries[ok[1]]
+    entries[#entries + 1] = { kind = "optkey", base = base, inst = base.inst, prefix = OPT_PREFIXES[ok[2]],
+                              name = ok[3] }
+    lines[#lines + 1] = ("%d %d %s"):format(ok[1], ok[2], ok[3])
+  end
+  return entries, insts, probed, table.concat(lines, "\n")
 end
 
--- ---- calls ----------------------------------------------------------------------------------
--- The call body with O (the instance) and V (the hostile value); forms per entry kind.
--- T, the tensor argument, is built before V (T_SRC), so V can reach it.
--- The last form of a function or method (since stop 97) takes T requiring grad (a function's first argument, a tensor
--- method's self, any other method's first argument) and runs a backward through a result that requires grad (BACK):
--- the backward kernels (softmax along a strided dim, rms_norm, gather, hypot, ...) were reached by no hostile value.
-local T_GRAD = "fp8.tensor{{0.5, -1, 2}, {3, -0.25, 1}}:requires_grad(true)"
-local function T_SRC(e, form)
-  if form and form:find("BACK(", 1, true) then return T_GRAD end
-  return e.kind == "method" and "fp8.ones{1, 2}" or "fp8.ones{2, 3}"
-end
 local function forms(e)
   if e.kind == "func" then
     -- (sweep 108) the first form runs a backward too where V requires grad (a huge or tiny tensor as the input)
@@ -559,6 +633,12 @@ local function forms(e)
     local m = ("O[%q]"):format(e.name)
     return { "return " .. m .. "(O, V)", "return BACK(" .. m .. "(V))", "return " .. m .. "(O, 2, V)",
              "return " .. m .. "(O, T, V)", "return BACK(" .. m .. (e.tensor and "(T, V))" or "(O, T, V))") }
+  elseif e.kind == "optkey" then
+    -- (sweep 111) an options table whose one key read is V, where the probe found the key read
+    local b = e.base
+    local f = b.kind == "func" and b.expr or ("O[%q]"):format(b.name)
+    local self = b.kind == "method" and "O, " or ""
+    return { "return " .. f .. "(" .. self .. e.prefix .. ("{[%q] = V})"):format(e.name) }
   elseif e.kind == "sdkey" then
     -- (sweep 108) a key of O:state_dict() edited before load_state_dict (a checkpoint written by hand), then read
     local set = ("local sd = O:state_dict(); sd%s = V; "):format(e.path)
@@ -586,6 +666,9 @@ end
 local function entry_label(e, insts)
   if e.kind == "func" then return e.expr end
   if e.kind == "sdkey" then return insts[e.inst].name .. ":state_dict()" .. e.path end
+  if e.kind == "optkey" then
+    return entry_label(e.base, insts) .. "(" .. e.prefix .. "{" .. e.name .. " = V})"
+  end
   return insts[e.inst].name .. (e.kind == "method" and ":" or e.kind == "field" and "." or " ") .. e.name
 end
 
@@ -630,6 +713,7 @@ end
 -- (a kwargs handler's field specs, a class's metatable or superclass). Raw errors are counted for
 -- all, listed (--messages) for the public ones called with a well-formed self.
 local function is_public(e, insts)
+  if e.kind == "optkey" then return is_public(e.base, insts) end
   local label = e.kind == "func" and e.expr or (insts[e.inst].src .. "." .. e.name)
   if label:find('require%("fp8%._') or label:find("%._") or label:find("^_") then return false end
   for _, k in ipairs { ".by_name.", ".mt.", ".super.", ".kind.", "._metatable" } do
@@ -687,7 +771,7 @@ local function child(spec)
     env.O, env.T = O, load("return " .. T_SRC(e, form), "=T", "t", env)()
     local okv, V = pcall(vf)
     local t0 = os.clock()
-    local lim = limit * (e.kind == "func" and SLOW[e.expr] or 1)
+    local lim = limit * slow_of(e)
     -- a per-call CPU-time limit for loops in Lua; a hang in C is caught by the batch timeout
     debug.sethook(function() if os.clock() - t0 > lim then error("api_sweep: call timed out", 2) end end, "", 10000)
     local ok, r = pcall(function()
@@ -794,9 +878,10 @@ local function parent()
   local tmp = os.tmpname(); os.remove(tmp); os.execute("mkdir -p " .. sh(tmp .. "/data"))
   write_idx(tmp .. "/data")
   require("fp8.config").sys.setenv("FP8LAB_SWEEP_DATA", tmp .. "/data")
-  local entries, insts, probed = enumerate()
+  local entries, insts, probed, optkeys = enumerate()
   require("fp8.config").sys.setenv("FP8LAB_SWEEP_ENTRIES", tostring(#entries))
   require("fp8.config").sys.setenv("FP8LAB_SWEEP_PROBED", table.concat(probed, "\n"))
+  require("fp8.config").sys.setenv("FP8LAB_SWEEP_OPTKEYS", optkeys)
   if opt.list then
     for i, e in ipairs(entries) do print(i, e.kind, entry_label(e, insts)) end
     for i, inst in ipairs(insts) do print("kind", i, inst.name, inst.src) end
@@ -813,11 +898,13 @@ local function parent()
     end
   end
   if #opt.filter > 0 then
-    local keep = {}
-    for _, c in ipairs(calls) do
-      local label = entry_label(entries[c[2]], insts)
-      for _, p in ipairs(opt.filter) do if label:find(p) then keep[#keep + 1] = c; break end end
+    -- (sweep 111) matched once an entry, not once a call: 570 patterns over the 1.45M calls took minutes
+    local keep, match = {}, {}
+    for ei, e in ipairs(entries) do
+      local label = entry_label(e, insts)
+      for _, p in ipairs(opt.filter) do if label:find(p) then match[ei] = true; break end end
     end
+    for _, c in ipairs(calls) do if match[c[2]] then keep[#keep + 1] = c end end
     calls = keep
   end
   local total = #calls
@@ -912,11 +999,14 @@ local function parent()
         break
       end
       -- confirm alone
-      local one = run_child(tmp, { culprit }, tag .. "_x" .. round, 4 * opt.timeout + 10)
+      -- (alone, a slow entry's multiple of the limit too: a default nn.Transformer under --gc-stress took more than
+      -- the 30 s a call alone had, sweep 111)
+      local alone = slow_of(entries[culprit[2]]) * (4 * opt.timeout + 10)
+      local one = run_child(tmp, { culprit }, tag .. "_x" .. round, alone)
       local why
       local san1 = sanitizer_report(one.stderr)
       if san1 then why = "sanitizer: " .. san1
-      elseif one.rc == 137 or one.rc == 124 then why = "hang (killed after " .. (4 * opt.timeout + 10) .. " s)"
+      elseif one.rc == 137 or one.rc == 124 then why = "hang (killed after " .. alone .. " s)"
       elseif one.rc and one.rc > 128 then why = "signal " .. (one.rc - 128)
       elseif one.rc ~= 0 then why = "exit status " .. tostring(one.rc)
       elseif san then why = "sanitizer (in batch only): " .. san

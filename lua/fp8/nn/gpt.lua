@@ -33,6 +33,10 @@ function GPT:__init(cfg)
       error(("GPT: %s must be a positive integer, got %s"):format(k, tostring(cfg[k])), 3)
     end
   end
+  -- (bounded as the encoder stacks' num_layers: n_layer = 2^62 built blocks for ever, each one small; sweep 111)
+  if cfg.n_layer > 4096 then
+    error(("GPT: n_layer must be an integer in 1..4096, got %s"):format(tostring(cfg.n_layer)), 3)
+  end
   if cfg.bias ~= nil and type(cfg.bias) ~= "boolean" then
     error(("GPT: bias must be a boolean, got %s"):format(type(cfg.bias)), 3)
   end

@@ -193,7 +193,11 @@ local function layer_class(name, kind)
       positive(name, "input_size", input_size)
       positive(name, "hidden_size", hidden_size)
       local L = opts.num_layers or 1
-      positive(name, "num_layers", L)
+      -- (bounded as the encoder stacks' num_layers: each layer is a loop here, and num_layers = 2^62 built layers
+      -- for ever, each one small enough for the size check below; sweep 111)
+      if math.type(L) ~= "integer" or L < 1 or L > 4096 then
+        error(("%s: num_layers must be an integer in 1..4096, got %s"):format(name, O.got(L)), 0)
+      end
       local bias = opts.bias
       if bias == nil then bias = true end
       for what, v in pairs { bias = bias, batch_first = opts.batch_first, bidirectional = opts.bidirectional } do

@@ -20,6 +20,12 @@ local function check_opt(name, opt, level)
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
     error(("%s: expected an optimizer from fp8.optim, got %s"):format(name, type(opt)), level or 3)
   end
+  -- (an optimizer's param_groups is a plain list: a table whose __len lies, 2^62, made ReduceLROnPlateau's loop over
+  -- the groups run for ever; sweep 111)
+  if getmetatable(opt.param_groups) ~= nil then
+    error(("%s: expected an optimizer from fp8.optim, got a table whose param_groups is not a plain list (it has a "
+      .. "metatable)"):format(name), level or 3)
+  end
 end
 
 local function check_keys(name, opts, valid, level)
