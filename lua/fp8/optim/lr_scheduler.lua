@@ -75,11 +75,17 @@ local resume_products   -- (with load_state_dict, below; step and get_lr call it
 -- sched.last_epoch as a user may have written it, where step() adds 1 to it or get_lr() reads it: a number >= -1 below
 -- 2^63 (a float too: torch's takes one). Anything else was Lua's own "attempt to perform arithmetic on a function
 -- value" at this file's line, and math.huge made a MultiplicativeLR multiply its lambda for ever (its product from the
--- step it held up to inf; stop 99). Raises at level 3 (the method's caller).
-local function check_epoch(self, fname)
+-- step it held up to inf; stop 99). Raises at level 3 (the method's caller). stepping: step() adds 1, so the integer
+-- 2^63 - 1 is refused there (its + 1 wrapped to -2^63: 'the learning rate inf at step -9223372036854775808', and a
+-- StepLR's lr jumped; sweep 112); get_lr reads it as it is.
+local function check_epoch(self, fname, stepping)
   local e = rawget(self, "last_epoch")
   if type(e) ~= "number" or not (e >= -1 and e < 2 ^ 63) then
     error(("%s: last_epoch must be an integer >= -1, got %s"):format(fname, O.got(e)), 3)
+  end
+  if stepping and e == math.maxinteger and math.type(e) == "integer" then
+    error(("%s: last_epoch must be below 2^63 - 1 to step (the next step, 2^63, is past Lua's integers), got %s")
+      :format(fname, O.got(e)), 3)
   end
 end
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
@@ -384,7 +390,7 @@ function Scheduler:step(epoch)
     check_int(self.name .. ":step", "epoch", epoch, 0)
     self.last_epoch = epoch
   else
-    check_epoch(self, self.name .. ":step")
+    check_epoch(self, self.name .. ":step", true)
     self.last_epoch = self.last_epoch + 1
     if prev_pos ~= nil then self._pos = prev_pos + 1 end
   end
@@ -839,7 +845,11 @@ function M.MultiplicativeLR(opt, lr_lambda, ...)
     local fn = fn_of(i)
     local p = products[i]
     if p == nil or p.t > t then p = { t = 0, v = 1 }; products[i] = p end
-    for k = p.t + 1, t do p.t, p.v = k, p.v * call(fn, k) end
+    -- (only where p is behind t: at p.t = 2^63 - 1, a load's or a hand-written last_epoch, p.t + 1 wrapped to -2^63
+    -- and the loop ran 2^64 steps, get_lr and load_state_dict hanging; sweep 112)
+    if p.t < t then
+      for k = p.t + 1, t do p.t, p.v = k, p.v * call(fn, k) end
+    end
     return base * p.v
   end
   local at0 = {}   -- fn(0) of group i, once (SequentialLR's milestone)

@@ -1,0 +1,76 @@
+-- Found on 2026-12-07 (stop 99): the hostile API sweep (tests/fuzz/api_sweep.lua, seed 112, ASan + UBSan) over what
+-- stop 99 merged (conv2d's fp32 backward by oneDNN's backward primitives, core/cpu/cpu_conv.c; the norms' rescue and
+-- its gate for every p and bf16/fp16; clamp's and bf16 add/mul's kernels; the LR schedulers' state and last_epoch
+-- checks; the profiler's restart), with hand-written hostile cases: convs' gradients against a float64 reference,
+-- Ctrl-C mid-backward, out of memory under ulimit -v, schedulers at the last integer step.
+-- docs/robustness.md, "The hostile sweep over stop 99's additions (stop 99)".
+local F = fp8.nn.functional
+local LR = fp8.optim.lr_scheduler
+
+local U = dofile("tests/spec/helpers/util.lua")
+local ends = U.ends   -- a call under a budget of instructions
+
+local function sgd() return fp8.optim.SGD({ fp8.zeros { 2 }:requires_grad_() }, { lr = 0.1 }) end
+
+describe("a scheduler at last_epoch 2^63 - 1 (Lua's last integer)", function()
+  -- stop 99's check took a last_epoch below 2^63, so step() added 1 to 2^63 - 1 and it wrapped to -2^63: 'StepLR: the
+  -- schedule gave group 1 the learning rate inf at step -9223372036854775808'. step() refuses it now by name, with
+  -- nothing moved; get_lr reads it as it is (torch's lr there: gamma^huge = 0).
+  it("step() is refused by name and nothing moves", function()
+    local makers = {
+      StepLR = function(o) return LR.StepLR(o, { step_size = 2 }) end,
+      ExponentialLR = function(o) return LR.ExponentialLR(o, { gamma = 0.9 }) end,
+      MultiplicativeLR = function(o) return LR.MultiplicativeLR(o, function() return 0.9 end) end,
+      ConstantLR = function(o) return LR.ConstantLR(o, { factor = 0.5, total_iters = 2 }) end,
+      CosineAnnealingWarmRestarts = function(o) return LR.CosineAnnealingWarmRestarts(o, { T_0 = 3 }) end,
+      SequentialLR = function(o)
+        return LR.SequentialLR(o, { schedulers = { LR.ExponentialLR(o, { gamma = 0.9 }),
+          LR.MultiplicativeLR(o, function() return 0.9 end) }, milestones = { 2 } })
+      end,
+      ChainedScheduler = function(o)
+        return LR.ChainedScheduler { LR.MultiplicativeLR(o, function() return 0.9 end), LR.ExponentialLR(o, { gamma = 0.9 }) }
+      end,
+    }
+    for name, make in pairs(makers) do
+      local opt = sgd()
+      local s = make(opt)
+      s.last_epoch = math.maxinteger
+      local lr = opt.param_groups[1].lr
+      local ok, err = ends(s.step, s)
+      assert.is_false(ok, name)
+      assert.matches(name .. ":step: last_epoch must be below 2^63 %- 1 to step %(the next step, 2^63, is past Lua's "
+        .. "integers%), got 9223372036854775807", err, 1, false)
+      assert.are.equal(math.maxinteger, s.last_epoch, name)
+      assert.are.equal(lr, opt.param_groups[1].lr, name)
+    end
+  end)
+
+  it("one step before it still steps", function()
+    local opt = sgd()
+    local s = LR.StepLR(opt, { step_size = 2 })
+    s.last_epoch = math.maxinteger - 1
+    assert.is_true((ends(s.step, s)))
+    assert.are.equal(math.maxinteger, s.last_epoch)
+    assert.are.equal(0.0, opt.param_groups[1].lr)   -- 0.1 · 0.1^(2^62 - 1): 0, as torch's
+  end)
+
+  -- MultiplicativeLR's product went on from its step with `for k = p.t + 1, t`: at p.t = 2^63 - 1 (where a load or a
+  -- hand-written last_epoch seeds it) p.t + 1 wrapped to -2^63 and the loop ran 2^64 lambdas, so get_lr and
+  -- load_state_dict never returned. The product moves only where it is behind the step now.
+  it("MultiplicativeLR's get_lr and load_state_dict there end, at the group's lr", function()
+    local opt = sgd()
+    local s = LR.MultiplicativeLR(opt, function() return 0.9 end)
+    s.last_epoch = math.maxinteger
+    local ok, lrs = ends(s.get_lr, s)
+    assert.is_true(ok, tostring(lrs))
+    assert.are.equal(0.1, lrs[1])
+    local opt2 = sgd()
+    local s2 = LR.MultiplicativeLR(opt2, function() return 0.9 end)
+    local sd = s2:state_dict()
+    sd.last_epoch = math.maxinteger
+    local ok2, err = ends(s2.load_state_dict, s2, sd)
+    assert.is_true(ok2, tostring(err))
+    assert.are.equal(math.maxinteger, s2.last_epoch)
+    assert.are.equal(0.1, opt2.param_groups[1].lr)
+  end)
+end)
