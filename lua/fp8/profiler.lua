@@ -235,9 +235,13 @@ end
 -- Move the recorder from the action of the previous step to `cur` (the current step's).
 function Profiler:_transition(prev, cur)
   if is_rec(prev) then
+    local run = self._owner
     if prev == "record_and_save" or not is_rec(cur) then self:_finish_window()
     elseif self._step_tok then P.pop(self._step_tok); self._step_tok = nil end
     if self._state ~= "running" then return end   -- on_trace_ready called stop(): the recorder stays off
+    -- on_trace_ready called stop() then start(): that start made this step's transition (its ProfilerStep range
+    -- open); a second one here opened ProfilerStep#N twice, nested, and lost the first's token (sweep 112)
+    if self._owner ~= run then return end
   end
   if cur == "none" then
     if self._on then self:_turn_off(); P.clear() end

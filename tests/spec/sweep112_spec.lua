@@ -74,3 +74,31 @@ describe("a scheduler at last_epoch 2^63 - 1 (Lua's last integer)", function()
     assert.are.equal(0.1, opt2.param_groups[1].lr)
   end)
 end)
+
+describe("a profiler restarted from on_trace_ready", function()
+  -- stop() then start() in the callback (torch's handler may stop the profiler; here it may start it again): that
+  -- start made the step's transition, opening ProfilerStep#N, and the step() that ran the callback went on and opened
+  -- it again, nested in the first (its token lost), so the next window held the step twice (key_averages counted it
+  -- twice). The step's transition stops where the callback restarted the profiler now.
+  it("opens each step's range once", function()
+    local windows, n = {}, 0
+    local prof = fp8.profiler.profile { schedule_option = { wait = 0, warmup = 0, active = 1 },
+      on_trace_ready = function(p)
+        n = n + 1
+        local names = {}
+        for _, e in ipairs(p:events()) do names[#names + 1] = e.name .. "@" .. e.depth end
+        windows[n] = table.concat(names, " ")
+        if n == 1 then p:stop(); p:start() end
+      end }
+    prof:start()
+    local x = fp8.ones { 4 }
+    for i = 1, 3 do
+      local _ = x + i
+      prof:step()
+    end
+    prof:stop()
+    assert.are.same({ "ProfilerStep#0@0 add@1", "ProfilerStep#1@0 add@1", "ProfilerStep#2@0 add@1" }, windows)
+    assert.are.equal(3, prof.windows)
+    assert.is_nil(fp8.profiler.current)
+  end)
+end)
