@@ -102,3 +102,18 @@ describe("a profiler restarted from on_trace_ready", function()
     assert.is_nil(fp8.profiler.current)
   end)
 end)
+
+describe("ReduceLROnPlateau:state_dict with a setting written by hand as a lying list", function()
+  -- stop 99 copied each setting to the state's top level (torch's keys) with table.move(v, 1, #v, 1, {}): a setting
+  -- written by hand as a table whose __len answers 2^62 (the sweep's lying table, as sched.cooldown) ran for ever.
+  -- The list is read raw now (found by the sweep: 'optim.lr_scheduler.cooldown', a hang).
+  it("ends, and the other settings are torch's keys as before", function()
+    local s = LR.ReduceLROnPlateau(sgd(), { patience = 3 })
+    s.cooldown = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+    local ok, sd = ends(s.state_dict, s)
+    assert.is_true(ok, tostring(sd))
+    assert.are.equal(3, sd.patience)
+    assert.are.same({}, sd.cooldown)
+    assert.are.same({ 0 }, sd.min_lrs)
+  end)
+end)

@@ -1847,7 +1847,9 @@ function Plateau:state_dict()
   elseif sd.best == math.huge or sd.best == -math.huge then sd.best = sd.best > 0 and "inf" or "-inf" end
   sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
   -- torch's keys for the settings too (stop 99), at its top level: load_state_dict compares them there
-  for k, v in pairs(sd.settings) do sd[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v end
+  -- (a list read raw: a setting written by hand as a table whose __len lies, sched.cooldown = it, made table.move run
+  -- for ever; sweep 112)
+  for k, v in pairs(sd.settings) do sd[k] = type(v) == "table" and table.move(v, 1, rawlen(v), 1, {}) or v end
   sd.default_min_lr = rawget(self, "_default_min_lr")
   return sd
 end
