@@ -117,3 +117,16 @@ describe("ReduceLROnPlateau:state_dict with a setting written by hand as a lying
     assert.are.same({ 0 }, sd.min_lrs)
   end)
 end)
+
+describe("x:_norm_gate's mask out of range", function()
+  -- review 16 named the value in _norm_rescue's message; the gate (new in stop 99 too) still said 'bad argument #1 to
+  -- '_norm_gate' (a mask of reduced dims)', with neither the range nor the value
+  it("is named with the range and the value, as _norm_rescue's", function()
+    local x = fp8.ones { 2, 3 }
+    U.fails_with("bad argument #1 to '_norm_gate' (expected a mask of reduced dims in [0, 255], got -1)", function()
+      return x:_norm_gate(-1)
+    end)
+    U.fails_with("expected a mask of reduced dims in [0, 255], got 256", function() return x:_norm_gate(256) end)
+    assert.is_true(fp8.is_tensor(x:_norm_gate(2)))
+  end)
+end)
