@@ -130,3 +130,26 @@ describe("x:_norm_gate's mask out of range", function()
     assert.is_true(fp8.is_tensor(x:_norm_gate(2)))
   end)
 end)
+
+describe("a scheduler's or profiler's method called with another table as its self", function()
+  -- LRScheduler.step(t) or Profiler.start(t) with the sweep's lying table said Lua's own 'attempt to concatenate a nil
+  -- value' / 'attempt to call a number value' at the library's line (--messages listed the six); named now
+  it("is refused naming the method and what it got", function()
+    local V = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+    local LRS, Pr = LR.LRScheduler, fp8.profiler.Profiler
+    for _, c in ipairs {
+      { LRS.step, "LRScheduler:step: expected a scheduler (sched:step(...)), got a table" },
+      { LRS.state_dict, "LRScheduler:state_dict: expected a scheduler (sched:state_dict(...)), got a table" },
+      { Pr.start, "profiler:start: expected a profiler (prof:start(...)), got a table" },
+      { Pr.step, "profiler:step: expected a profiler (prof:step(...)), got a table" },
+      { Pr.key_averages, "profiler:key_averages: expected a profiler (prof:key_averages(...)), got a table" },
+      { Pr.trace_path, "profiler:trace_path: expected a profiler (prof:trace_path(...)), got a table" },
+    } do
+      U.fails_with(c[2], c[1], V)
+    end
+    -- the ordinary calls unchanged
+    local s = LR.StepLR(sgd(), { step_size = 1 })
+    s:step()
+    assert.are.equal(1, s:state_dict().last_epoch)
+  end)
+end)

@@ -88,6 +88,13 @@ local function check_epoch(self, fname, stepping)
       :format(fname, O.got(e)), 3)
   end
 end
+-- A method called with another value as its self (LRScheduler.step(t), t not a scheduler): named, where Lua's own
+-- "attempt to concatenate a nil value" at this file's line was the message (sweep 112). Raises at level 3.
+local function check_sched(self, fname)
+  if type(self) ~= "table" or type(rawget(self, "_lr_fn")) ~= "function" then
+    error(("LRScheduler:%s: expected a scheduler (sched:%s(...)), got %s"):format(fname, fname, O.got(self)), 3)
+  end
+end
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
 -- torch's schedulers keep their settings as attributes their get_lr reads, so a loop may change one mid-run
 -- (sched.T_max = 200 to train longer, sched.gamma = 0.5). Each schedule here is a closed form its constructor made,
@@ -368,6 +375,7 @@ end
 
 -- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
 function Scheduler:step(epoch)
+  check_sched(self, "step")
   local member_edit = check_members(self, rawget(self, "name") .. ":step")
   if member_edit then error(member_edit, 2) end
   local prev, prev_pos = self.last_epoch, rawget(self, "_pos")
@@ -486,6 +494,7 @@ end
 -- _is_initial, _get_lr_called_within_step). setting_keys is below.
 local setting_keys
 function Scheduler:state_dict()
+  check_sched(self, "state_dict")
   local bl = base_list(self, self.name .. ":state_dict")
   local sd = { last_epoch = self.last_epoch, base_lrs = table.move(bl, 1, rawlen(bl), 1, {}),
     position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self),
