@@ -884,7 +884,9 @@ static int m_norm_gate(lua_State *L) {
     fl_tensor *x = fl_lchecktensor(L, 1);
     fl_lmaxargs(L, 2, "_norm_gate", "(mask)");
     lua_Integer mask = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, mask >= 0 && mask < (1 << FL_MAX_DIMS), 2, "a mask of reduced dims");
+    if (mask < 0 || mask >= (1 << FL_MAX_DIMS))   /* (the value named, as _norm_rescue's: it said the words alone) */
+        luaL_argerror(L, 2, lua_pushfstring(L, "expected a mask of reduced dims in [0, %d], got %I",
+                                            (1 << FL_MAX_DIMS) - 1, mask));
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_norm_gate(slot, x, (uint32_t)mask));
     return 1;

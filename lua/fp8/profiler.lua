@@ -31,6 +31,14 @@ setmetatable(M, {
   __newindex = function(t, k, v) if k == "current" then running[1] = v else rawset(t, k, v) end end,
 })
 local Profiler = {}
+-- A method called with another value as its self (Profiler.start(t), t not a profiler): named, where Lua's own
+-- "attempt to call a number value" was the message (sweep 112). Raises at level 3.
+local function check_prof(self, fname)
+  if getmetatable(self) ~= Profiler then
+    error(("profiler:%s: expected a profiler (prof:%s(...)), got %s"):format(fname, fname, O.got(self)), 3)
+  end
+end
+
 Profiler.__index = Profiler
 Profiler.__name = "fp8.profiler.profile"
 -- a profiler collected while running (nothing refers to it: no trace can be asked of it) stops recording
@@ -186,6 +194,7 @@ end
 -- trace_path([n]) → the file window n's trace goes to (default: the last window finished, else the first):
 -- <output_trace_dir>/profile_<R>.json for window 1, profile_<R>_window<n>.json after; nil without a directory.
 function Profiler:trace_path(n)
+  check_prof(self, "trace_path")
   if n ~= nil and (math.type(n) ~= "integer" or n < 1) then
     error(("trace_path: expected a window number >= 1, got %s"):format(tostring(n)), 2)
   end
@@ -235,9 +244,13 @@ end
 -- Move the recorder from the action of the previous step to `cur` (the current step's).
 function Profiler:_transition(prev, cur)
   if is_rec(prev) then
+    local run = self._owner
     if prev == "record_and_save" or not is_rec(cur) then self:_finish_window()
     elseif self._step_tok then P.pop(self._step_tok); self._step_tok = nil end
     if self._state ~= "running" then return end   -- on_trace_ready called stop(): the recorder stays off
+    -- on_trace_ready called stop() then start(): that start made this step's transition (its ProfilerStep range
+    -- open); a second one here opened ProfilerStep#N twice, nested, and lost the first's token (sweep 112)
+    if self._owner ~= run then return end
   end
   if cur == "none" then
     if self._on then self:_turn_off(); P.clear() end
@@ -280,6 +293,7 @@ function Profiler:_start()
 end
 
 function Profiler:start()
+  check_prof(self, "start")
   local ok, err = pcall(self._start, self)
   if not ok then blame_caller(err) end
   return self
@@ -288,6 +302,7 @@ end
 -- step(): the current step is done; the schedule moves on (call once per training step). After on_trace_ready
 -- stopped the profiler, the training loop's further step() calls do nothing.
 function Profiler:step()
+  check_prof(self, "step")
   -- under acc:profile the first to step decides who steps: each opt:step() of a prepared optimizer, or the user's
   -- prof:step() calls (a loop without an optimizer, say); both would count each iteration twice
   local acc = rawget(self, "_acc")
@@ -383,6 +398,7 @@ Averages.__name = "fp8.profiler.KeyAverages"
 -- (average), in µs (and *_ns integers), flops, cpu_memory_usage, self_cpu_memory_usage (bytes); with
 -- device time also device_time_total, self_device_time_total, device_time (µs, *_ns).
 function Profiler:key_averages(opts)
+  check_prof(self, "key_averages")
   opts = opts or {}
   if type(opts) ~= "table" then error(("key_averages: expected an options table, got %s"):format(type(opts)), 2) end
   O.check("key_averages", opts, { "group_by_input_shape" }, 2)

@@ -81,11 +81,24 @@ local resume_products   -- (with load_state_dict, below; step and get_lr call it
 -- sched.last_epoch as a user may have written it, where step() adds 1 to it or get_lr() reads it: a number >= -1 below
 -- 2^63 (a float too: torch's takes one). Anything else was Lua's own "attempt to perform arithmetic on a function
 -- value" at this file's line, and math.huge made a MultiplicativeLR multiply its lambda for ever (its product from the
--- step it held up to inf; stop 99). Raises at level 3 (the method's caller).
-local function check_epoch(self, fname)
+-- step it held up to inf; stop 99). Raises at level 3 (the method's caller). stepping: step() adds 1, so the integer
+-- 2^63 - 1 is refused there (its + 1 wrapped to -2^63: 'the learning rate inf at step -9223372036854775808', and a
+-- StepLR's lr jumped; sweep 112); get_lr reads it as it is.
+local function check_epoch(self, fname, stepping)
   local e = rawget(self, "last_epoch")
   if type(e) ~= "number" or not (e >= -1 and e < 2 ^ 63) then
     error(("%s: last_epoch must be an integer >= -1, got %s"):format(fname, O.got(e)), 3)
+  end
+  if stepping and e == math.maxinteger and math.type(e) == "integer" then
+    error(("%s: last_epoch must be below 2^63 - 1 to step (the next step, 2^63, is past Lua's integers), got %s")
+      :format(fname, O.got(e)), 3)
+  end
+end
+-- A method called with another value as its self (LRScheduler.step(t), t not a scheduler): named, where Lua's own
+-- "attempt to concatenate a nil value" at this file's line was the message (sweep 112). Raises at level 3.
+local function check_sched(self, fname)
+  if type(self) ~= "table" or type(rawget(self, "_lr_fn")) ~= "function" then
+    error(("LRScheduler:%s: expected a scheduler (sched:%s(...)), got %s"):format(fname, fname, O.got(self)), 3)
   end
 end
 local Plateau = {}   -- ReduceLROnPlateau's class (below): not a closed form
@@ -368,6 +381,7 @@ end
 
 -- step([epoch]): advance one step (or jump to `epoch`) and write the new lrs into the groups.
 function Scheduler:step(epoch)
+  check_sched(self, "step")
   local member_edit = check_members(self, rawget(self, "name") .. ":step")
   if member_edit then error(member_edit, 2) end
   local prev, prev_pos = self.last_epoch, rawget(self, "_pos")
@@ -390,7 +404,7 @@ function Scheduler:step(epoch)
     check_int(self.name .. ":step", "epoch", epoch, 0)
     self.last_epoch = epoch
   else
-    check_epoch(self, self.name .. ":step")
+    check_epoch(self, self.name .. ":step", true)
     self.last_epoch = self.last_epoch + 1
     if prev_pos ~= nil then self._pos = prev_pos + 1 end
   end
@@ -486,6 +500,7 @@ end
 -- _is_initial, _get_lr_called_within_step). setting_keys is below.
 local setting_keys
 function Scheduler:state_dict()
+  check_sched(self, "state_dict")
   local bl = base_list(self, self.name .. ":state_dict")
   local sd = { last_epoch = self.last_epoch, base_lrs = table.move(bl, 1, rawlen(bl), 1, {}),
     position = rawget(self, "_pos"), name = self.name, schedule = schedule_probe(self),
@@ -845,7 +860,11 @@ function M.MultiplicativeLR(opt, lr_lambda, ...)
     local fn = fn_of(i)
     local p = products[i]
     if p == nil or p.t > t then p = { t = 0, v = 1 }; products[i] = p end
-    for k = p.t + 1, t do p.t, p.v = k, p.v * call(fn, k) end
+    -- (only where p is behind t: at p.t = 2^63 - 1, a load's or a hand-written last_epoch, p.t + 1 wrapped to -2^63
+    -- and the loop ran 2^64 steps, get_lr and load_state_dict hanging; sweep 112)
+    if p.t < t then
+      for k = p.t + 1, t do p.t, p.v = k, p.v * call(fn, k) end
+    end
     return base * p.v
   end
   local at0 = {}   -- fn(0) of group i, once (SequentialLR's milestone)
@@ -1844,7 +1863,7 @@ function Plateau:state_dict()
   sd._last_lr = self:get_last_lr()   -- torch's key: get_last_lr() after a load is the saved one
   -- torch's keys for the settings too (stop 99), at its top level: load_state_dict compares them there
   -- (min_lrs a fresh list of numbers; the others, scalars, only where JSON can hold them: a table written there by
-  -- hand whose length lies hung state_dict, sweep seed 1 of stop 99)
+  -- hand whose length lies hung state_dict, sweep seed 1 of stop 99, and sweep 112)
   for k, v in pairs(sd.settings) do
     if k == "min_lrs" then sd[k] = table.move(v, 1, rawlen(v), 1, {})
     elseif type(v) ~= "table" and storable(v) then sd[k] = v end
