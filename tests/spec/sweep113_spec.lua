@@ -97,3 +97,23 @@ describe("a scheduler refuses an optimizer whose param_groups holds a non-table"
     assert.is_true(pcall(LR.StepLR, opt, { step_size = 1 }))
   end)
 end)
+
+describe("SummaryWriter refuses a filename_suffix past a file name's length by name", function()
+  -- {filename_suffix = ('A'):rep(300)} (or 2^20 bytes) reached fileio's own "lua/fp8/tensorboard.lua:145: runs/...AAA:
+  -- cannot open to append: File name too long", the path cut short, neither the writer nor the option named
+  local dir = os.tmpname(); os.remove(dir)
+  it("300 and 2^20 bytes refused, nothing written", function()
+    for _, n in ipairs { 300, 1 << 20 } do
+      local err = err_of(fp8.SummaryWriter, dir, { filename_suffix = ("A"):rep(n) })
+      assert.matches("^SummaryWriter: the event file's name would be %d+ bytes, past the 255 a file name may have "
+        .. "%(filename_suffix is " .. n .. " bytes%)$", err)
+    end
+  end)
+
+  it("a short suffix is taken", function()
+    local w = fp8.SummaryWriter(dir, { filename_suffix = ".run1" })
+    assert.matches("%.run1$", w._path)
+    w:close()
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
