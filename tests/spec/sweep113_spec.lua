@@ -117,3 +117,23 @@ describe("SummaryWriter refuses a filename_suffix past a file name's length by n
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
+
+describe("a progress bar's methods refuse another value as their self by name", function()
+  -- fp8.progress.Bar.update(t) with a table that answers every key reached Lua's own "attempt to call a number value
+  -- (method '_draw')" (sweep 113's --messages); iter the same at '_make', line and close took it
+  local lying = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end })
+  it("each method, with the lying table", function()
+    for _, m in ipairs { "set_postfix", "line", "update", "close", "elapsed", "iter" } do
+      assert.are.equal(("Bar:%s: expected a progress bar (bar:%s(...)), got a table"):format(m, m),
+        err_of(fp8.progress.Bar[m], lying))
+    end
+  end)
+
+  it("a bar still counts", function()
+    local bar = fp8.progress({ 1, 2, 3 }, { total = 3, out = { write = function() end, flush = function() end } })
+    for _ in bar:iter() do end
+    assert.are.equal(3, bar.n)
+    bar:update(2)
+    assert.are.equal(5, bar.n)
+  end)
+end)
