@@ -952,7 +952,18 @@ function M.describe(s, extra)
   end
   local src = type(s.sources) == "table" and s.sources or {}
   local rows = {}   -- {key, value, source} or a plain string; aligned at the end
-  local function line(k, v, from) rows[#rows + 1] = { k, v, from } end
+  -- (a value or source that is not text, {mixed_precision = {}}, was Lua's own 'attempt to concatenate a table value
+  -- (local 'text')' at the padding below; sweep 113's --messages)
+  local function line(k, v, from, field)
+    if type(v) ~= "string" then
+      error(("describe: settings.%s must be a string, got %s (the settings table from fp8.kwargs.resolve)")
+        :format(field or k:gsub("^%s+", ""), got(v)), 3)
+    end
+    if from ~= nil and type(from) ~= "string" then
+      error(("describe: settings.sources.%s must be a string, got %s"):format(k:gsub("^%s+", ""), got(from)), 3)
+    end
+    rows[#rows + 1] = { k, v, from }
+  end
   line("mixed_precision", s.mixed_precision, src.mixed_precision)
   if s.fp8_backend then
     line("fp8_backend", s.fp8_backend, src.fp8_backend)
@@ -991,7 +1002,7 @@ function M.describe(s, extra)
       p.init_method and (", init_method=" .. p.init_method) or ""), src.process_group)
   end
   line("profile", s.profile and nondefault(s.profile:to_table(), "ProfileKwargs") or "off", src.profile)
-  if s.config_path then line("config file", s.config_path) end
+  if s.config_path then line("config file", s.config_path, nil, "config_path") end
   if extra ~= nil and type(extra) ~= "table" then error(("describe: extra must be a list of {name, text}, got %s"):format(type(extra)), 2) end
   for i, e in ipairs(extra or {}) do
     if type(e) ~= "table" or type(e[1]) ~= "string" or type(e[2]) ~= "string" then

@@ -102,8 +102,17 @@ end
 setmetatable(M, { __call = function(_, iterable, opts) return new(iterable, opts) end })
 M.new = function(iterable, opts) return new(iterable, opts) end
 
+-- A method called with another value as its self (fp8.progress.Bar.update(t), t not a bar): named, where Lua's own
+-- "attempt to call a number value (method '_draw')" at this file's line was the message (sweep 113). Level 3.
+local function check_bar(self, fname)
+  if getmetatable(self) ~= Bar then
+    error(("Bar:%s: expected a progress bar (bar:%s(...)), got %s"):format(fname, fname, O.got(self)), 3)
+  end
+end
+
 -- bar:set_postfix{loss=0.31, acc=0.9} (keys shown in the order first seen; sorted within one call).
 function Bar:set_postfix(t, v)
+  check_bar(self, "set_postfix")
   if type(t) == "string" then t = { [t] = v } end
   if type(t) ~= "table" then error(("set_postfix: expected a table {name=value}, got %s"):format(type(t)), 2) end
   local keys = {}
@@ -122,6 +131,7 @@ local function count(n)
 end
 
 function Bar:line()
+  check_bar(self, "line")
   local now = C.clock()
   local elapsed = now - (self.t0 or now)
   local rate = elapsed > 0 and self.n / elapsed or 0
@@ -169,6 +179,7 @@ end
 
 -- bar:update([k=1]) advances the count by k (for manual loops).
 function Bar:update(k)
+  check_bar(self, "update")
   if k ~= nil and (type(k) ~= "number" or k ~= k or math.abs(k) == math.huge) then
     error(("update: k must be a finite number, got %s"):format(O.got(k)), 2)
   end
@@ -182,6 +193,7 @@ function Bar:update(k)
 end
 
 function Bar:close()
+  check_bar(self, "close")
   if self.closed then return end
   self.closed = true
   if not self.t0 then self.t0 = C.clock() end
@@ -189,11 +201,15 @@ function Bar:close()
 end
 
 -- Elapsed wall seconds since the first step.
-function Bar:elapsed() return self.t0 and C.clock() - self.t0 or 0 end
+function Bar:elapsed()
+  check_bar(self, "elapsed")
+  return self.t0 and C.clock() - self.t0 or 0
+end
 
 -- bar:iter() -> iterator that counts each step (the count is taken when the NEXT item is asked
 -- for, so the rate includes the loop body's work) and closes the bar at the end.
 function Bar:iter()
+  check_bar(self, "iter")
   local it = self._make()
   self.t0 = C.clock()
   self.n, self.closed = 0, false

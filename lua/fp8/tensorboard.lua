@@ -141,8 +141,25 @@ local function open_file(dir, suffix)
   local t = now()
   local path = ("%s/events.out.tfevents.%010d.%s.%d.%d%s"):format(dir, math.floor(t), hostname(), pid(), uid, suffix)
   uid = uid + 1
+  local name = path:match("[^/]*$")
+  if #name > 255 then   -- NAME_MAX: the open below would say only 'File name too long' of a path it cuts short
+    error(("SummaryWriter: the event file's name would be %d bytes, past the 255 a file name may have "
+      .. "(filename_suffix is %d bytes)"):format(#name, #suffix), 0)
+  end
   -- Event.file_version=3, and source_metadata=10: SourceMetadata{writer=1}, the program that wrote the file
-  fileio.append(path, M._record(event(t, 0, 3, "brain.Event:2") .. bytes_field(10, bytes_field(1, "fp8lab"))))
+  local ok, err = pcall(fileio.append, path,
+    M._record(event(t, 0, 3, "brain.Event:2") .. bytes_field(10, bytes_field(1, "fp8lab"))))
+  if not ok then
+    -- named, where it was fileio's '<path>: cannot open to append: ...' at this line (a long filename_suffix, sweep
+    -- 113's --messages, is refused above), the path cut short where it is long
+    local shown = #path > 200 and ("%s... (%d bytes)"):format(path:sub(1, 160), #path) or path
+    err = tostring(err):gsub("^[^\n]-:%d+: ", "", 1)
+    if err:sub(1, math.min(#path, 100)) == path:sub(1, 100) then   -- fileio's "<path, maybe cut>: cannot ...: why"
+      err = err:match(".*: (cannot [^:]+: .*)$") or err
+    end
+    if #err > 200 then err = err:sub(1, 160) .. "..." end
+    error(("SummaryWriter: cannot create the event file %s: %s"):format(shown, err), 0)
+  end
   return path
 end
 

@@ -962,6 +962,15 @@ local function parent()
       for i = pos, #queue do rest[#rest + 1] = queue[i] end
       local budget = slow * math.max(20, math.ceil(#rest * 0.05) + 4 * opt.timeout)
       local res = run_child(tmp, rest, tag .. "_" .. round, budget)
+      -- a child that enumerates another API than the parent's (a lua/ named by FP8LAB_LUA_DIR edited while the sweep
+      -- ran): every call of every batch would be a finding (sweep 113: 26 false 'exit status 1' in one batch). Stop.
+      local mismatch = (res.stderr or ""):match("api_sweep child: enumerated %d+ entries, the parent %d+")
+      if mismatch then
+        io.stderr:write(("api_sweep: %s: the library changed under the sweep (lua/ edited since it started?); "
+          .. "stopped in batch %s\n"):format(mismatch, tag))
+        os.execute("rm -rf " .. sh(tmp))
+        os.exit(2)
+      end
       local last_done = pos - 1
       for i = pos, #queue do
         local c = queue[i]

@@ -63,8 +63,8 @@ end
 
 local function check_input(self, x)
   if not fp8.is_tensor(x) or x:dim() ~= 3 or x:size(3) ~= self.n_embd then
-    error(("expected input [B, T, %d], got %s"):format(self.n_embd,
-      fp8.is_tensor(x) and Module._shape_str(x) or type(x)), 0)
+    Module._forward_error(self, ("expected input [B, T, %d], got %s"):format(self.n_embd,
+      fp8.is_tensor(x) and Module._shape_str(x) or type(x)))
   end
 end
 

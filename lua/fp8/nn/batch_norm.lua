@@ -308,8 +308,8 @@ local function bn_class(name, dims)
   cls.forward = function(self, x)
     local ok_dims = fp8.is_tensor(x) and (dims == 1 and (x:dim() == 2 or x:dim() == 3) or x:dim() == dims + 2)
     if not ok_dims or x:size(2) ~= self.num_features then
-      error(("expected input %s with %d channels, got %s"):format(dims == 1 and "[N, C] or [N, C, L]"
-        or "[N, C, H, W]", self.num_features, fp8.is_tensor(x) and shape_str(x) or O.got(x)), 0)
+      Module._forward_error(self, ("expected input %s with %d channels, got %s"):format(dims == 1
+        and "[N, C] or [N, C, L]" or "[N, C, H, W]", self.num_features, fp8.is_tensor(x) and shape_str(x) or O.got(x)))
     end
     -- (momentum false, torch's None: the cumulative average below; nil outside training, where it is unused)
     local m = self.momentum or nil
@@ -340,15 +340,15 @@ local function in_class(name, dims)
   end
   cls.forward = function(self, x)
     if not fp8.is_tensor(x) or (x:dim() ~= dims + 1 and x:dim() ~= dims + 2) then
-      error(("expected input [N, C, %s] or unbatched [C, %s], got %s"):format(dims == 1 and "L" or dims == 2
-        and "H, W" or "D, H, W", dims == 1 and "L" or dims == 2 and "H, W" or "D, H, W",
-        fp8.is_tensor(x) and shape_str(x) or O.got(x)), 0)
+      Module._forward_error(self, ("expected input [N, C, %s] or unbatched [C, %s], got %s"):format(dims == 1
+        and "L" or dims == 2 and "H, W" or "D, H, W", dims == 1 and "L" or dims == 2 and "H, W" or "D, H, W",
+        fp8.is_tensor(x) and shape_str(x) or O.got(x)))
     end
     local unb = x:dim() == dims + 1
     if unb then x = x:unsqueeze(1) end
     if x:size(2) ~= self.num_features and (self.affine or self.track_running_stats) then
-      error(("expected input's size at dim %d to match num_features (%d), got %d"):format(unb and 1 or 2,
-        self.num_features, x:size(2)), 0)
+      Module._forward_error(self, ("expected input's size at dim %d to match num_features (%d), got %d"):format(unb
+        and 1 or 2, self.num_features, x:size(2)))
     end
     local use_input = self.training or not self.track_running_stats
     local y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_input,

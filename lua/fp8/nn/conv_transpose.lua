@@ -202,7 +202,7 @@ local function transpose_class(name, dims)
   cls.forward = function(self, x, output_size)
     local op = self.output_padding
     if output_size ~= nil then
-      if not fp8.is_tensor(x) then error(("expected a tensor input, got %s"):format(O.got(x)), 0) end
+      if not fp8.is_tensor(x) then Module._forward_error(self, ("expected a tensor input, got %s"):format(O.got(x))) end
       op = output_padding_for(self, x, output_size)
     end
     return fn(x, self.weight, self.bias, { stride = self.stride, padding = self.padding, output_padding = op,

@@ -87,7 +87,9 @@ function Embedding.from_pretrained(embeddings, opts, ...)
 end
 
 function Embedding:forward(idx)
-  if not fp8.is_tensor(idx) then error(("expected a tensor of token ids, got %s"):format(type(idx)), 0) end
+  if not fp8.is_tensor(idx) then
+    Module._forward_error(self, ("expected a tensor of token ids, got %s"):format(type(idx)))
+  end
   if self.max_norm == nil then return F.embedding(idx, self.weight, self.padding_idx) end
   return F.embedding(idx, self.weight, { padding_idx = self.padding_idx, max_norm = self.max_norm,
     norm_type = self.norm_type })

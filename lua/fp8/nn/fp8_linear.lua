@@ -257,9 +257,9 @@ local function weight_fp8(self)
 end
 
 local function check_input(self, x)
-  if not core.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if not core.is_tensor(x) then Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x))) end
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
+    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)))
   end
 end
 local function runs_fp8(self) return autocast.enabled() and not rawget(self, "fp8_disabled") end

@@ -104,12 +104,13 @@ end
 -- forward(idx[B, T] [, targets[B, T]]) → logits[B, T, vocab] (, loss when targets are given)
 function GPT:forward(idx, targets)
   if not fp8.is_tensor(idx) or idx:dim() ~= 2 then
-    error(("expected token ids [B, T], got %s"):format(fp8.is_tensor(idx) and Module._shape_str(idx) or type(idx)), 0)
+    Module._forward_error(self, ("expected token ids [B, T], got %s"):format(fp8.is_tensor(idx)
+      and Module._shape_str(idx) or type(idx)))
   end
   local B, T = idx:size(1), idx:size(2)
   local c = self.config
   if T > c.block_size then
-    error(("sequence length %d is longer than block_size %d"):format(T, c.block_size), 0)
+    Module._forward_error(self, ("sequence length %d is longer than block_size %d"):format(T, c.block_size))
   end
   local pos = fp8.arange(T, { device = idx:device() })   -- positions 0..T-1, where the ids are
   local x = self.drop(self.wte(idx) + self.wpe(pos))  -- [B, T, d] + [T, d]
@@ -123,8 +124,8 @@ function GPT:forward(idx, targets)
   local logits = F.linear(x, self.wte.weight)         -- tied head: [B, T, vocab]
   if targets == nil then return logits end
   if not fp8.is_tensor(targets) or targets:numel() ~= B * T then
-    error(("targets must be [%d, %d] like idx, got %s"):format(B, T,
-      fp8.is_tensor(targets) and Module._shape_str(targets) or type(targets)), 0)
+    Module._forward_error(self, ("targets must be [%d, %d] like idx, got %s"):format(B, T,
+      fp8.is_tensor(targets) and Module._shape_str(targets) or type(targets)))
   end
   local loss = F.cross_entropy(logits:reshape { B * T, c.vocab_size }, targets:reshape { B * T })
   return logits, loss

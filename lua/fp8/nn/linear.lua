@@ -40,9 +40,9 @@ function Linear:__init(in_features, out_features, bias)
 end
 
 function Linear:forward(x)
-  if not fp8.is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if not fp8.is_tensor(x) then Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x))) end
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    error(("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)), 0)
+    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)))
   end
   return F.linear(x, self.weight, self.bias)
 end

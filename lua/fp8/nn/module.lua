@@ -201,6 +201,14 @@ local function context_name(self)
   return ("in %s (%s)"):format(n, self:type_name())
 end
 
+-- A forward's own refusal of its input: "<Class>:forward: msg", so a direct m:forward(x) names the function (a bare
+-- 'expected a tensor input, got number' named neither it nor the argument: sweep 113's --messages); called as m(x),
+-- _call_with puts its context in the prefix's place ("Linear forward: ...", "in layer 2 (Linear) forward: ...").
+function Module._forward_error(self, msg)
+  local ok, name = pcall(Module.type_name, self)
+  error((ok and type(name) == "string" and name or "Module") .. ":forward: " .. msg, 0)
+end
+
 -- Runs forward; an error gets "in <name> (<Class>) forward: " in front, so nested containers
 -- build a path down to the failing layer.
 -- Module._call_hook, when set (fp8.profiler with_modules), runs in place of forward as hook(self, ...)
@@ -228,6 +236,9 @@ function Module:_call_with(fn, ...)
   if res[1] then return table.unpack(res, 2, res.n) end
   local err = res[2]
   if type(err) == "string" and not err:match("^interrupted") then
+    -- the module's own refusal (Module._forward_error) gives its "<Class>:forward: " for this context
+    local own = self:type_name() .. ":forward: "
+    if err:sub(1, #own) == own then err = err:sub(#own + 1) end
     -- a top-level container passes on its child's "in layer ..." path as it is
     if rawget(self, "_name") ~= nil or not err:match("^in ") then
       error(context_name(self) .. " forward: " .. err, 0)

@@ -29,7 +29,9 @@ function M.Flatten:__init(start_dim, end_dim)
   self.start_dim, self.end_dim = start_dim, end_dim
 end
 function M.Flatten:forward(x)
-  if not require("fp8.core").is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if not require("fp8.core").is_tensor(x) then
+    Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x)))
+  end
   return x:flatten(self.start_dim, self.end_dim)
 end
 function M.Flatten:extra_repr() return ("start_dim=%d, end_dim=%d"):format(self.start_dim, self.end_dim) end
@@ -60,7 +62,9 @@ function M.Unflatten:__init(dim, sizes)
   self.dim, self.unflattened_size = dim, list
 end
 function M.Unflatten:forward(x)
-  if not require("fp8.core").is_tensor(x) then error(("expected a tensor input, got %s"):format(type(x)), 0) end
+  if not require("fp8.core").is_tensor(x) then
+    Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x)))
+  end
   return x:unflatten(self.dim, self.unflattened_size)
 end
 function M.Unflatten:extra_repr()

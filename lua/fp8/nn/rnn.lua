@@ -81,8 +81,8 @@ local function register_cell(self, sfx, rows, inputs, hidden, bias, k)
   end
 end
 
-local function check_input(name, x)
-  if not fp8.is_tensor(x) then error(("expected a tensor input, got %s"):format(O.got(x)), 0) end
+local function check_input(self, name, x)
+  if not fp8.is_tensor(x) then Module._forward_error(self, ("expected a tensor input, got %s"):format(O.got(x))) end
   if x:is_fp8() then error(("%s: %s tensor: dequantize it first"):format(name, x:dtype()), 0) end
 end
 
@@ -126,10 +126,11 @@ local function cell_class(name, kind)
   -- forward(input [N, input_size] or [input_size] [, hx]): hx a tensor [N, hidden_size] (zeros by default); LSTMCell's
   -- {h, c}. Returns h' (LSTMCell: h', c').
   cls.forward = function(self, x, hx)
-    check_input(name, x)
+    check_input(self, name, x)
     local H = self.hidden_size
     if (x:dim() ~= 1 and x:dim() ~= 2) or x:size(-1) ~= self.input_size then
-      error(("expected input [N, %d] or [%d], got %s"):format(self.input_size, self.input_size, x:shape_str()), 0)
+      Module._forward_error(self, ("expected input [N, %d] or [%d], got %s"):format(self.input_size,
+        self.input_size, x:shape_str()))
     end
     local unb = x:dim() == 1
     if unb then x = x:unsqueeze(1) end
@@ -245,13 +246,13 @@ local function layer_class(name, kind)
   -- [num_layers·D, N, H_out] (zeros by default; LSTM's {h_0, c_0}, c_0 [num_layers·D, N, hidden_size]). Returns
   -- output [T, N, D·H_out] and h_n (LSTM: {h_n, c_n}).
   cls.forward = function(self, x, hx)
-    check_input(name, x)
+    check_input(self, name, x)
     local I, H, L = self.input_size, self.hidden_size, self.num_layers
     local D = self.bidirectional and 2 or 1
     local Hout = self.proj_size > 0 and self.proj_size or H
     if (x:dim() ~= 2 and x:dim() ~= 3) or x:size(-1) ~= I then
-      error(("expected input [T, N, %d]%s or unbatched [T, %d], got %s"):format(I,
-        self.batch_first and " (batch_first: [N, T, " .. I .. "])" or "", I, x:shape_str()), 0)
+      Module._forward_error(self, ("expected input [T, N, %d]%s or unbatched [T, %d], got %s"):format(I,
+        self.batch_first and " (batch_first: [N, T, " .. I .. "])" or "", I, x:shape_str()))
     end
     local unb = x:dim() == 2
     if unb then x = x:unsqueeze(2)

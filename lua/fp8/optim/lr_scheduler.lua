@@ -26,6 +26,15 @@ local function check_opt(name, opt, level)
     error(("%s: expected an optimizer from fp8.optim, got a table whose param_groups is not a plain list (it has a "
       .. "metatable)"):format(name), level or 3)
   end
+  -- (each group a table: {0} gave ReduceLROnPlateau's loop Lua's own 'attempt to index a number value (local 'g')';
+  -- sweep 113's --messages)
+  for i = 1, rawlen(opt.param_groups) do
+    local g = rawget(opt.param_groups, i)
+    if type(g) ~= "table" then
+      error(("%s: expected an optimizer from fp8.optim, got a table whose param_groups[%d] is a %s, not a group "
+        .. "table"):format(name, i, type(g)), level or 3)
+    end
+  end
 end
 
 local function check_keys(name, opts, valid, level)
