@@ -228,24 +228,20 @@ function U.ends(f, ...)
   return table.unpack(r, 1, r.n)
 end
 
--- conv2d by its definition in Lua's doubles: x [N, C, H, W], w [OC, C/g, kh, kw] (tensors), b a bias tensor or nil,
--- stride s and dilation d ({h, w}), pads {top, bottom, left, right}, g groups. Returns the result's flat list, per
--- element Σ|x·w| over its products (the bias's |b| included), and the result's shape.
-function U.ref_conv2d(x, w, b, s, d, pads, g)
-  local function flat(t) return t:float():contiguous():view(-1):tolist() end
-  local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
-  local OC, cg, kh, kw = w:size(1), w:size(2), w:size(3), w:size(4)
-  local xv, wv, bv = flat(x), flat(w), b and flat(b) or nil
-  local oh = (H + pads[1] + pads[2] - d[1] * (kh - 1) - 1) // s[1] + 1
-  local ow = (W + pads[3] + pads[4] - d[2] * (kw - 1) - 1) // s[2] + 1
-  local y, mag = {}, {}
-  local ocg = OC // g
+-- The taps of conv2d's definition, x [N, C, H, W], w [OC, cg, kh, kw], the output [N, OC, oh, ow] (stride s and
+-- dilation d {h, w}, pads {top, bottom, left, right}, g groups): for each output in order, start(q, o) (q its flat
+-- index from 1, o its channel from 0), then tap(xi, wk) for each product it sums (flat indexes of x and w from 1, in
+-- the order c, p, q over the taps inside the image), then done(q, o) where given.
+local function conv_taps(dims, s, d, pads, g, start, tap, done)
+  local N, C, H, W, OC, cg, kh, kw, oh, ow = table.unpack(dims)
+  local ocg, q0 = OC // g, 0
   for n = 0, N - 1 do
     for o = 0, OC - 1 do
       local grp = o // ocg
       for i = 0, oh - 1 do
         for j = 0, ow - 1 do
-          local acc, m = 0.0, 0.0
+          q0 = q0 + 1
+          start(q0, o)
           for c = 0, cg - 1 do
             local ci = grp * cg + c
             for p = 0, kh - 1 do
@@ -254,19 +250,42 @@ function U.ref_conv2d(x, w, b, s, d, pads, g)
                 for q = 0, kw - 1 do
                   local wi = j * s[2] - pads[3] + q * d[2]
                   if wi >= 0 and wi < W then
-                    local t = xv[((n * C + ci) * H + hi) * W + wi + 1] * wv[((o * cg + c) * kh + p) * kw + q + 1]
-                    acc, m = acc + t, m + math.abs(t)
+                    tap(((n * C + ci) * H + hi) * W + wi + 1, ((o * cg + c) * kh + p) * kw + q + 1)
                   end
                 end
               end
             end
           end
-          if bv then acc = acc + bv[o + 1]; m = m + math.abs(bv[o + 1]) end
-          y[#y + 1], mag[#mag + 1] = acc, m
+          if done then done(q0, o) end
         end
       end
     end
   end
+end
+
+local function flat(t) return t:float():contiguous():view(-1):tolist() end
+
+-- conv2d by its definition in Lua's doubles: x [N, C, H, W], w [OC, C/g, kh, kw] (tensors), b a bias tensor or nil,
+-- stride s and dilation d ({h, w}), pads {top, bottom, left, right}, g groups. Returns the result's flat list, per
+-- element Σ|x·w| over its products (the bias's |b| included), and the result's shape.
+function U.ref_conv2d(x, w, b, s, d, pads, g)
+  local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
+  local OC, cg, kh, kw = w:size(1), w:size(2), w:size(3), w:size(4)
+  local xv, wv, bv = flat(x), flat(w), b and flat(b) or nil
+  local oh = (H + pads[1] + pads[2] - d[1] * (kh - 1) - 1) // s[1] + 1
+  local ow = (W + pads[3] + pads[4] - d[2] * (kw - 1) - 1) // s[2] + 1
+  local y, mag = {}, {}
+  local acc, m
+  conv_taps({ N, C, H, W, OC, cg, kh, kw, oh, ow }, s, d, pads, g,
+    function() acc, m = 0.0, 0.0 end,
+    function(xi, wk)
+      local t = xv[xi] * wv[wk]
+      acc, m = acc + t, m + math.abs(t)
+    end,
+    function(q, o)
+      if bv then acc = acc + bv[o + 1]; m = m + math.abs(bv[o + 1]) end
+      y[q], mag[q] = acc, m
+    end)
   return y, mag, { N, OC, oh, ow }
 end
 
@@ -274,7 +293,6 @@ end
 -- dx[n, ci, h, w] = Σ gy·w over the outputs that read it, dw[o, c, p, q] = Σ_n,i,j gy·x, db[o] = Σ gy; each with
 -- its Σ|term| (for U.conv_close) and the most terms one of its elements sums (dx, dw, db).
 function U.ref_conv2d_bwd(x, w, gy, s, d, pads, g)
-  local function flat(t) return t:float():contiguous():view(-1):tolist() end
   local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
   local OC, cg, kh, kw = w:size(1), w:size(2), w:size(3), w:size(4)
   local oh, ow = gy:size(3), gy:size(4)
@@ -283,37 +301,19 @@ function U.ref_conv2d_bwd(x, w, gy, s, d, pads, g)
   for i = 1, N * C * H * W do dx[i], dxm[i] = 0.0, 0.0 end
   for i = 1, OC * cg * kh * kw do dw[i], dwm[i] = 0.0, 0.0 end
   for i = 1, OC do db[i], dbm[i] = 0.0, 0.0 end
-  local ocg = OC // g
-  for n = 0, N - 1 do
-    for o = 0, OC - 1 do
-      local grp = o // ocg
-      for i = 0, oh - 1 do
-        for j = 0, ow - 1 do
-          local gval = gv[((n * OC + o) * oh + i) * ow + j + 1]
-          db[o + 1], dbm[o + 1] = db[o + 1] + gval, dbm[o + 1] + math.abs(gval)
-          for c = 0, cg - 1 do
-            local ci = grp * cg + c
-            for p = 0, kh - 1 do
-              local hi = i * s[1] - pads[1] + p * d[1]
-              if hi >= 0 and hi < H then
-                for q = 0, kw - 1 do
-                  local wi = j * s[2] - pads[3] + q * d[2]
-                  if wi >= 0 and wi < W then
-                    local xi, wk = ((n * C + ci) * H + hi) * W + wi + 1, ((o * cg + c) * kh + p) * kw + q + 1
-                    local tx, tw = gval * wv[wk], gval * xv[xi]
-                    dx[xi], dxm[xi] = dx[xi] + tx, dxm[xi] + math.abs(tx)
-                    dw[wk], dwm[wk] = dw[wk] + tw, dwm[wk] + math.abs(tw)
-                  end
-                end
-              end
-            end
-          end
-        end
-      end
-    end
-  end
+  local gval
+  conv_taps({ N, C, H, W, OC, cg, kh, kw, oh, ow }, s, d, pads, g,
+    function(q, o)
+      gval = gv[q]
+      db[o + 1], dbm[o + 1] = db[o + 1] + gval, dbm[o + 1] + math.abs(gval)
+    end,
+    function(xi, wk)
+      local tx, tw = gval * wv[wk], gval * xv[xi]
+      dx[xi], dxm[xi] = dx[xi] + tx, dxm[xi] + math.abs(tx)
+      dw[wk], dwm[wk] = dw[wk] + tw, dwm[wk] + math.abs(tw)
+    end)
   return { dx = dx, dxm = dxm, dw = dw, dwm = dwm, db = db, dbm = dbm,
-           K = { ocg * kh * kw, N * oh * ow, N * oh * ow } }
+           K = { OC // g * kh * kw, N * oh * ow, N * oh * ow } }
 end
 
 -- A conv's result (a tensor) against U.ref_conv2d's list want, within the fp32 sum's error bound
