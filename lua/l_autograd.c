@@ -200,21 +200,6 @@ static void hooks_shared(fl_tensor *t, bool shared) {
  * hook's box, for the weak holds above. */
 static const char post_boxes_key = 0;   /* (declared above) */
 
-/* Pushes the registry table at key (made on first use; mode "k" or "v" for a weak one, NULL for none). */
-static void push_reg_table(lua_State *L, const void *key, const char *mode) {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
-    lua_pop(L, 1);
-    lua_newtable(L);
-    if (mode) {
-        lua_createtable(L, 0, 1);
-        lua_pushstring(L, mode);
-        lua_setfield(L, -2, "__mode");
-        lua_setmetatable(L, -2);
-    }
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, key);
-}
-
 /* Whether hook key's function may be held through its box: the box registered on still holds the tensor, which
  * nothing else holds, and whose grad_fn (where it has one) nothing but it holds. boxes: the boxes' table. */
 static bool hook_unshared(lua_State *L, int boxes, lua_Integer key) {
@@ -254,16 +239,16 @@ static void push_hook_fns(lua_State *L) {
         lua_setfield(L, -2, "__gc");
         lua_setmetatable(L, -2);
         lua_rawsetp(L, LUA_REGISTRYINDEX, &pin_thread_key);   /* anchored for the state's life */
-        push_reg_table(L, &hook_fns_key, NULL);
-        push_reg_table(L, &hook_weak_key, "v");
+        fl_lpush_reg_table(L, &hook_fns_key, NULL);
+        fl_lpush_reg_table(L, &hook_weak_key, "v");
         lua_pop(L, 2);
         pin_L = P;
         fl_set_hooks_shared(hooks_shared);
     }
-    push_reg_table(L, &hook_eph_key, "k");
-    push_reg_table(L, &post_boxes_key, "v");
-    push_reg_table(L, &hook_weak_key, "v");
-    push_reg_table(L, &hook_fns_key, NULL);   /* -1 fns, -2 weak, -3 boxes, -4 eph */
+    fl_lpush_reg_table(L, &hook_eph_key, "k");
+    fl_lpush_reg_table(L, &post_boxes_key, "v");
+    fl_lpush_reg_table(L, &hook_weak_key, "v");
+    fl_lpush_reg_table(L, &hook_fns_key, NULL);   /* -1 fns, -2 weak, -3 boxes, -4 eph */
     for (size_t i = 0; i < unref_n; i++) {
         const lua_Integer k = (lua_Integer)unref_q[i];
         if (lua_rawgeti(L, -3, k) != LUA_TNIL && lua_rawget(L, -5) == LUA_TTABLE) {   /* eph[box][k] = nil */
@@ -404,7 +389,7 @@ static fl_status lua_post_hook(void *ud, fl_tensor *t) {
     bool pushed;
     fl_status st = hook_fn_push(&L, ud, &top, &pushed);
     if (st != FL_OK || !pushed) return st;
-    push_reg_table(L, &post_boxes_key, "v");
+    fl_lpush_reg_table(L, &post_boxes_key, "v");
     lua_rawgeti(L, -1, (lua_Integer)(uintptr_t)ud);
     lua_remove(L, -2);
     if (fl_ltotensor(L, -1) != t) { lua_pop(L, 1); fl_lpushretained(L, t); }
@@ -442,13 +427,13 @@ static uint64_t hook_register(lua_State *L, const char *fname, bool box, fl_tens
     push_hook_fns(L);                            /* 4 */
     lua_pushvalue(L, 2);
     lua_rawseti(L, 4, k);                        /* held from the registry; hook_settle may hold it through t's box */
-    push_reg_table(L, &hook_weak_key, "v");      /* 5 */
+    fl_lpush_reg_table(L, &hook_weak_key, "v");   /* 5 */
     lua_pushvalue(L, 2);
     lua_rawseti(L, 5, k);
-    push_reg_table(L, &post_boxes_key, "v");     /* 6 */
+    fl_lpush_reg_table(L, &post_boxes_key, "v");  /* 6 */
     lua_pushvalue(L, 1);
     lua_rawseti(L, 6, k);
-    push_reg_table(L, &hook_eph_key, "k");       /* 7 */
+    fl_lpush_reg_table(L, &hook_eph_key, "k");    /* 7 */
     lua_pushvalue(L, 1);
     if (lua_rawget(L, 7) != LUA_TTABLE) {        /* 8: the box's {[key] = fn} */
         lua_pop(L, 1);

@@ -93,7 +93,7 @@ static const char defer_key = 0;   /* registry: ephemeron {[freed box] = hidden 
 
 static void *cfunc_key(lua_CFunction f) { void *p; memcpy(&p, &f, sizeof p); return p; }
 
-static void push_reg_table(lua_State *L, const char *key, const char *mode) {
+void fl_lpush_reg_table(lua_State *L, const void *key, const char *mode) {
     if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
     lua_pop(L, 1);
     lua_newtable(L);
@@ -108,7 +108,7 @@ static void push_reg_table(lua_State *L, const char *key, const char *mode) {
 }
 
 void fl_lcallback_safe(lua_State *L, lua_CFunction f) {
-    push_reg_table(L, &safe_key, NULL);
+    fl_lpush_reg_table(L, &safe_key, NULL);
     lua_pushboolean(L, 1);
     lua_rawsetp(L, -2, cfunc_key(f));
     lua_pop(L, 1);
@@ -150,7 +150,7 @@ void fl_lcallback_safe_std(lua_State *L) {
 /* Whether a C function not marked safe runs in T's stack (from level `from`); the lookups use L's stack. */
 static bool unsafe_frame(lua_State *L, lua_State *T, int from) {
     lua_Debug ar;
-    push_reg_table(L, &safe_key, NULL);
+    fl_lpush_reg_table(L, &safe_key, NULL);
     bool found = false;
     for (int level = from; !found && lua_getstack(T, level, &ar); level++) {
         if (T != L && !lua_checkstack(T, 1)) return lua_pop(L, 1), true;   /* cannot look: assume the worst */
@@ -177,7 +177,7 @@ bool fl_lrelease_must_wait(lua_State *L) {
 
 void fl_lrelease_later(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
-    push_reg_table(L, &defer_key, "k");
+    fl_lpush_reg_table(L, &defer_key, "k");
     lua_pushvalue(L, idx);
     lua_pushvalue(L, -3);
     lua_rawset(L, -3);

@@ -30,6 +30,9 @@ int fl_lcheck(lua_State *L, fl_status s);
 /* Push a new, empty fp8.Tensor box and return its slot. Fill the slot with a core call after
  * the box exists, so an error never leaks the tensor: the box owns exactly one reference. */
 fl_tensor **fl_lnewbox(lua_State *L);
+
+/* Pushes the registry table at key (made on first use; mode "k" or "v" for a weak one, NULL for none). */
+void fl_lpush_reg_table(lua_State *L, const void *key, const char *mode);
 /* After a system call of the binding itself failed with errno e: true (after a full collection) when e says the
  * process or the system is out of descriptors, so the call is worth making once more (FL_LCALL's rule). */
 bool fl_lfds_collect(lua_State *L, int e);
