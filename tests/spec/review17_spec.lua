@@ -39,3 +39,32 @@ describe("nn.Parameter of a tensor an op made", function()
     assert.is_false(nn.Parameter(x8, false):requires_grad())
   end)
 end)
+
+describe("FP8Linear's fused forwards name themselves", function()
+  -- Stop 99 made a layer's own refusals say "<Class>:forward: "; forward_gelu and forward_residual share forward's
+  -- input check, so a direct layer:forward_gelu(5) said "FP8Linear:forward: ...", and their residual's refusal named
+  -- no function at all ("expected a tensor residual, got number").
+  it("in their input's and residual's refusals, and forward keeps its own", function()
+    local l = fp8.nn.FP8Linear(16, 16, true, fp8.TERecipeKwargs {})
+    local x = fp8.zeros { 2, 16 }
+    local function msg(f, ...)
+      local ok, err = pcall(f, l, ...)
+      assert.is_false(ok)
+      return err
+    end
+    fp8.fp8_autocast(function()
+      assert.are.equal("FP8Linear:forward_gelu: expected a tensor input, got number", msg(l.forward_gelu, 5))
+      assert.are.equal("FP8Linear:forward_gelu: expected input [..., 16], got [2, 8]",
+        msg(l.forward_gelu, fp8.zeros { 2, 8 }))
+      assert.are.equal("FP8Linear:forward_gelu: expected a tensor residual, got number", msg(l.forward_gelu, x, 5))
+      assert.are.equal("FP8Linear:forward_residual: expected a tensor input, got number",
+        msg(l.forward_residual, 5, x))
+      assert.are.equal("FP8Linear:forward_residual: expected a tensor residual, got nil", msg(l.forward_residual, x))
+      assert.are.equal("FP8Linear:forward: expected a tensor input, got number", msg(l.forward, 5))
+      -- called as l(x), the call's context replaces forward's own prefix, as before
+      local ok, err = pcall(l, 5)
+      assert.is_false(ok)
+      assert.are.equal("FP8Linear forward: expected a tensor input, got number", err)
+    end)
+  end)
+end)
