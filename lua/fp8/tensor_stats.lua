@@ -308,7 +308,14 @@ M.cdist = at_caller(function(a, b, p, ...)
   local diff = a:unsqueeze(-2) - b:unsqueeze(-3)   -- [.., P, R, M]
   local ad = diff:abs()
   if p == math.huge then return ad:amax(-1) end
-  if p == 0 then return ad:ne(0):to(ad:dtype()):sum(-1) end
+  if p == 0 then
+    -- the count of nonzero coordinates, on the graph with a zero gradient where an input requires grad (torch's has
+    -- a grad_fn and its backward gives zeros; until stop 100 backward() raised 'tensor does not require grad'), by
+    -- where, not d·0 (an inf coordinate would make the count NaN), as F.pairwise_distance's p = 0
+    local count = ad:detach():ne(0):to(ad:dtype()):sum(-1)
+    if not ad:requires_grad() then return count end
+    return where(T.ones_like(count), count, ad:sum(-1))
+  end
   if p == 1 then return ad:sum(-1) end
   return T._norm_rescaled(diff, -1, function(v)   -- Σ|d|^p out of range: d scaled first
     local s = p == 2 and (v * v):sum(-1) or T._abs_pow(v:abs(), p):sum(-1)

@@ -68,3 +68,26 @@ describe("FP8Linear's fused forwards name themselves", function()
     end)
   end)
 end)
+
+describe("fp8.cdist with p = 0", function()
+  -- torch 2.15: torch.cdist(a, b, 0) has a grad_fn where an input requires grad and its backward gives zeros (as
+  -- pairwise_distance's and norm's p = 0 do here); fp8lab's count had no history, so backward() raised 'tensor does
+  -- not require grad and has no grad_fn'.
+  it("counts the nonzero coordinates and passes zero gradients", function()
+    local a = fp8.tensor { { 1, 2, 3 }, { 0, 0, 0 }, { 1, 5, 3 } }:requires_grad_()
+    local b = fp8.tensor { { 1, 2, 4 }, { 0, 0, 0 } }:requires_grad_()
+    local c = fp8.cdist(a, b, 0)
+    assert.are.same({ { 1, 3 }, { 3, 0 }, { 2, 3 } }, c:tolist())   -- torch's values
+    c:sum():backward()
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 }, { 0, 0, 0 } }, a.grad:tolist())
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, b.grad:tolist())
+    -- an inf coordinate counts once and its gradient stays 0 (not NaN)
+    local i = fp8.tensor { { math.huge, 1 } }:requires_grad_()
+    local ci = fp8.cdist(i, fp8.tensor { { 0, 1 } }, 0)
+    ci:sum():backward()
+    assert.are.same({ { 1 } }, ci:tolist())
+    assert.are.same({ { 0, 0 } }, i.grad:tolist())
+    -- without a gradient, the count alone
+    assert.is_false(fp8.cdist(a:detach(), b:detach(), 0):requires_grad())
+  end)
+end)
