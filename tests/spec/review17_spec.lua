@@ -91,3 +91,22 @@ describe("fp8.cdist with p = 0", function()
     assert.is_false(fp8.cdist(a:detach(), b:detach(), 0):requires_grad())
   end)
 end)
+
+describe("fp8.cdist with p = math.huge", function()
+  -- torch 2.15's cdist backward for p = inf gives g·sign(d) to every coordinate whose |d| is the distance (ties each
+  -- take the whole of g); fp8lab's was amax's, which splits g evenly among ties (torch's norm(inf) does that), so a
+  -- pair with two tied coordinates got half of torch's gradient at each. torch's values:
+  -- a = torch.tensor([[2., -2, 1, 2], [5, 5, 5, 5]], requires_grad=True); b = torch.tensor([[0., 0, 0, 0],
+  -- [3, 3, 3, 7]], requires_grad=True); c = torch.cdist(a, b, float('inf')); c.backward(torch.ones_like(c) * 2)
+  it("gives each tied coordinate the whole gradient, as torch's cdist", function()
+    local a = fp8.tensor { { 2, -2, 1, 2 }, { 5, 5, 5, 5 } }:requires_grad_()
+    local b = fp8.tensor { { 0, 0, 0, 0 }, { 3, 3, 3, 7 } }:requires_grad_()
+    local c = fp8.cdist(a, b, math.huge)
+    assert.are.same({ { 2, 5 }, { 5, 2 } }, c:tolist())
+    c:backward(fp8.ones { 2, 2 } * 2)
+    assert.are.same({ { 2, -4, 0, 0 }, { 4, 4, 4, 0 } }, a.grad:tolist())
+    assert.are.same({ { -4, 0, -2, -4 }, { -2, 0, -2, 4 } }, b.grad:tolist())
+    -- without a gradient, the same values
+    assert.are.same(c:tolist(), fp8.cdist(a:detach(), b:detach(), math.huge):tolist())
+  end)
+end)
