@@ -286,6 +286,30 @@ end)
 
 -- ---- functions -------------------------------------------------------------------------------------------------
 
+-- cdist's p = inf on the differences d [.., P, R, M]: the largest |d| along the last dim, whose gradient is torch's
+-- cdist backward's, g·sign(d) at every coordinate equal to it (ties each take the whole of g; a NaN row none), where
+-- amax's (the inf-norm's, torch's too) splits g evenly among the ties: until stop 100 the gradient of a pair with two
+-- tied coordinates was half torch's at each. Made on first use (fp8.autograd.Function).
+local CDIST_INF
+local function cdist_inf()
+  if not CDIST_INF then
+    CDIST_INF = require("fp8.autograd_function").Function {
+      name = "CdistInf",
+      forward = function(ctx, d)
+        local r = d:amax(-1)   -- (max |d|: amax's FP8 sense)
+        ctx:save_for_backward(d, r)
+        return r
+      end,
+      backward = function(ctx, g)
+        local d, r = ctx.saved_tensors[1], ctx.saved_tensors[2]
+        local at = d:abs():eq(r:unsqueeze(-1)):to(g:dtype())
+        return g:unsqueeze(-1) * d:sign():to(g:dtype()) * at
+      end,
+    }
+  end
+  return CDIST_INF
+end
+
 -- cdist(x1 [.., P, M], x2 [.., R, M] [, p=2]): the p-norm distance of every row pair, [.., P, R]; computed directly
 -- (torch's matrix-product shortcut for large p=2 inputs trades digits for speed); a zero distance's gradient is 0
 M.cdist = at_caller(function(a, b, p, ...)
@@ -307,8 +331,18 @@ M.cdist = at_caller(function(a, b, p, ...)
   a, b = T._autocast_fp32(a, b)   -- fp32 under autocast, as torch's CPU autocast
   local diff = a:unsqueeze(-2) - b:unsqueeze(-3)   -- [.., P, R, M]
   local ad = diff:abs()
-  if p == math.huge then return ad:amax(-1) end
-  if p == 0 then return ad:ne(0):to(ad:dtype()):sum(-1) end
+  if p == math.huge then
+    if not diff:requires_grad() then return ad:amax(-1) end
+    return cdist_inf()(diff)
+  end
+  if p == 0 then
+    -- the count of nonzero coordinates, on the graph with a zero gradient where an input requires grad (torch's has
+    -- a grad_fn and its backward gives zeros; until stop 100 backward() raised 'tensor does not require grad'), by
+    -- where, not d·0 (an inf coordinate would make the count NaN), as F.pairwise_distance's p = 0
+    local count = ad:detach():ne(0):to(ad:dtype()):sum(-1)
+    if not ad:requires_grad() then return count end
+    return where(T.ones_like(count), count, ad:sum(-1))
+  end
   if p == 1 then return ad:sum(-1) end
   return T._norm_rescaled(diff, -1, function(v)   -- Σ|d|^p out of range: d scaled first
     local s = p == 2 and (v * v):sum(-1) or T._abs_pow(v:abs(), p):sum(-1)

@@ -484,8 +484,8 @@ describe("te recipe", function()
       return r.grad:tolist()
     end
     assert.are.same(grad_of(false), grad_of(true))
-    assert.has_error(function() probe(x, "r", true) end, "ResidualProbe forward: expected a tensor residual, got string")
-    assert.has_error(function() probe(x, nil, true) end, "ResidualProbe forward: expected a tensor residual, got nil")
+    assert.has_error(function() probe(x, "r", true) end, "ResidualProbe forward: FP8Linear:forward_residual: expected a tensor residual, got string")
+    assert.has_error(function() probe(x, nil, true) end, "ResidualProbe forward: FP8Linear:forward_residual: expected a tensor residual, got nil")
     assert.has_error(function() probe(x, fp8.randn { 4, 47 }, true) end)
     -- outside FP8 autocast it declines: the caller adds
     assert.is_nil(lin:forward_residual(x, fp8.randn { 4, 48 }))

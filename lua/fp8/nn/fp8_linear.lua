@@ -256,10 +256,14 @@ local function weight_fp8(self)
   return q
 end
 
-local function check_input(self, x)
-  if not core.is_tensor(x) then Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x))) end
+-- (method: the one refusing, forward's by default; forward_gelu and forward_residual name themselves)
+local function check_input(self, x, method)
+  if not core.is_tensor(x) then
+    Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x)), method)
+  end
   if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)))
+    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)),
+      method)
   end
 end
 local function runs_fp8(self) return autocast.enabled() and not rawget(self, "fp8_disabled") end
@@ -302,9 +306,9 @@ function FP8Linear:forward(x)
   return F.linear(x, self.weight, self.bias)
 end
 
-local function check_residual(r, required)
-  if (r ~= nil or required) and not core.is_tensor(r) then
-    error(("expected a tensor residual, got %s"):format(type(r)), 0)
+local function check_residual(self, method, r, required)
+  if (r ~= nil or required) and not core.is_tensor(r) then   -- (named: the bare message named no function)
+    Module._forward_error(self, ("expected a tensor residual, got %s"):format(type(r)), method)
   end
 end
 
@@ -317,8 +321,8 @@ end
 function FP8Linear:forward_gelu(x, residual, ...)
   O.no_more("FP8Linear:forward_gelu", "(x [, residual])", ...)
   if not runs_fp8(self) then return nil end
-  check_input(self, x)
-  check_residual(residual)
+  check_input(self, x, "forward_gelu")
+  check_residual(self, "forward_gelu", residual)
   return C.linear_gelu(x, self.weight, self.bias, self.fp8_meta, records(self), weight_fp8(self), residual)
 end
 
@@ -330,8 +334,8 @@ end
 function FP8Linear:forward_residual(x, residual, ...)
   O.no_more("FP8Linear:forward_residual", "(x, residual)", ...)
   if not runs_fp8(self) then return nil end
-  check_input(self, x)
-  check_residual(residual, true)
+  check_input(self, x, "forward_residual")
+  check_residual(self, "forward_residual", residual, true)
   return C.linear(x, self.weight, self.bias, self.fp8_meta, records(self), weight_fp8(self), residual)
 end
 

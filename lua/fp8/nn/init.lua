@@ -79,6 +79,14 @@ function nn.Parameter(t, requires_grad)
     error(("Parameter: requires_grad must be a boolean, got %s"):format(require("fp8.opts").got(requires_grad)), 2)
   end
   requires_grad = requires_grad ~= false
+  -- torch's Parameter is always a leaf: a tensor an op made gives a new leaf sharing its data (torch's data.detach());
+  -- until stop 100 it came back with its history (Parameter(x * 2) a non-leaf that a module then refused, and
+  -- Parameter(x * 2, false) requires_grad's own 'only leaf tensors can change requires_grad' at this file's line)
+  if not t:is_leaf() then t = t:detach() end
+  if requires_grad and t:is_fp8() then   -- (requires_grad's refusal named this file's line, not Parameter)
+    error(("Parameter: an %s tensor cannot require gradients (it holds quantized data): keep an fp32 master copy, "
+      .. "or pass requires_grad=false"):format(t:dtype()), 2)
+  end
   if t:requires_grad() ~= requires_grad then t:requires_grad(requires_grad) end
   return t
 end
@@ -124,7 +132,7 @@ add("nn.Module", "fp8.nn.Module.class(name [, parent])",
   .. "where everything is fp32 (half(), bfloat16(), double() and to(dtype) are refused: parameters keep their dtype);\n"
   .. "register_forward_pre_hook(hook) / register_forward_hook(hook) call hooks around forward (see their own help).\n"
   .. "fp8.nn.Parameter(t [, requires_grad=true]) marks a tensor as a trainable leaf (requires grad; false: frozen)\n"
-  .. "and returns it.\n"
+  .. "and returns it; a tensor an op made gives a new leaf sharing its data (torch's data.detach()).\n"
   .. "fp8.nn.isinstance(m, cls | {cls, ...}): Python's isinstance for modules (subclasses count), as in\n"
   .. "model:apply(function(m) if fp8.nn.isinstance(m, fp8.nn.Linear) then\n"
   .. "  fp8.nn.init.normal_(m.weight, 0, 0.02) end end).")

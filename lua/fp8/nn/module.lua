@@ -204,9 +204,11 @@ end
 -- A forward's own refusal of its input: "<Class>:forward: msg", so a direct m:forward(x) names the function (a bare
 -- 'expected a tensor input, got number' named neither it nor the argument: sweep 113's --messages); called as m(x),
 -- _call_with puts its context in the prefix's place ("Linear forward: ...", "in layer 2 (Linear) forward: ...").
-function Module._forward_error(self, msg)
+-- method: the method refusing, where it is not forward (FP8Linear's forward_gelu and forward_residual check their
+-- input as forward does: until stop 100 their refusals said "FP8Linear:forward: "); _call_with keeps that prefix.
+function Module._forward_error(self, msg, method)
   local ok, name = pcall(Module.type_name, self)
-  error((ok and type(name) == "string" and name or "Module") .. ":forward: " .. msg, 0)
+  error(("%s:%s: %s"):format(ok and type(name) == "string" and name or "Module", method or "forward", msg), 0)
 end
 
 -- Runs forward; an error gets "in <name> (<Class>) forward: " in front, so nested containers
@@ -236,9 +238,13 @@ function Module:_call_with(fn, ...)
   if res[1] then return table.unpack(res, 2, res.n) end
   local err = res[2]
   if type(err) == "string" and not err:match("^interrupted") then
-    -- the module's own refusal (Module._forward_error) gives its "<Class>:forward: " for this context
-    local own = self:type_name() .. ":forward: "
-    if err:sub(1, #own) == own then err = err:sub(#own + 1) end
+    -- the module's own refusal (Module._forward_error) gives its "<Class>:forward: " for this context, and so does
+    -- a fused forward's (FP8Linear's "<Class>:forward_gelu: ", run by a Sequential in forward's place)
+    local own = self:type_name() .. ":"
+    if err:sub(1, #own) == own then
+      local m = err:match("^forward[%w_]*: ", #own + 1)
+      if m then err = err:sub(#own + #m + 1) end
+    end
     -- a top-level container passes on its child's "in layer ..." path as it is
     if rawget(self, "_name") ~= nil or not err:match("^in ") then
       error(context_name(self) .. " forward: " .. err, 0)
