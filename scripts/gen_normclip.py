@@ -75,6 +75,16 @@ for name, lists in [("inf", [[1.0, math.inf], [2.0]]), ("nan", [[1.0, math.nan],
         print("  { \"%s\", %s, total = %s, grads = %s, raises = %s }," % (
             name, lua(p), lua(float(t)), lua([q.grad for q in ps]), "true" if raised else "false"))
 
+# a bf16 and an fp32 gradient together: the bf16 one's norm rounded to bf16, then promoted (torch's stack)
+print("-- mixed dtypes: get_total_norm([bf16 [1, 2, 1e20], fp32 [3, 1e-25]], p)")
+# (where torch's bf16 Σx² overflows: each norm in float64 rounded to its dtype, their norm in float64 to fp32)
+for p in PS:
+    gs = [torch.tensor([1.0, 2.0, 1e20]).bfloat16(), torch.tensor([3.0, 1e-25])]
+    t = torch.nn.utils.get_total_norm(gs, p)
+    norms = [float(torch.tensor(f64_total([g.to(f64).tolist()], p), dtype=f64).to(g.dtype)) for g in gs]
+    ref = float(torch.tensor(f64_total([norms], p), dtype=f64).float())
+    print("  [%s] = %s,   -- torch's %s" % (lua(p), lua(float(t) if ok(float(t), ref) else ref), lua(float(t))))
+
 # x.norm(p)'s gradient for fractional p near FLT_MAX (float64's, rounded to fp32) and torch's fp32 one
 print("-- fractional p near FLT_MAX: x, p, float64's gradient, torch's")
 FRAC = [

@@ -83,6 +83,12 @@ local NONFINITE = {
   { "nan", 3.0, total = NAN, grads = { { NAN, NAN }, { NAN } }, raises = true },
   { "nan", 0.5, total = NAN, grads = { { NAN, NAN }, { NAN } }, raises = true },
 }
+-- get_total_norm({bf16 [1, 2, 1e20], fp32 [3, 1e-25]}, p): the bf16 norm rounded to bf16, then promoted (torch's
+-- stack); torch's where right, float64's of the rounded norms where torch's bf16 Σx² overflows (p = 2, 3: its inf)
+local MIXED = {
+  [1.0] = 9.972771014849226e+19, [2.0] = 9.972771014849226e+19, [INF] = 9.972771014849226e+19,
+  [3.0] = 9.972771014849226e+19, [0.5] = 9.972771894458529e+19,
+}
 -- x:norm(p)'s gradient: float64's rounded to fp32 (g) and torch's fp32 one
 local FRAC = {
   { x = { 1.0691000078952021e+38, 2.834300020703379e+38, 1.865200002497705e-38 }, p = 0.5, g = { 2.6282224655151367, 1.6141667366027832, 1.9897960586096374e+38 }, torch = { INF, INF, INF } },
@@ -158,6 +164,13 @@ describe("normclip: clip_grad_norm_ and get_total_norm on the core's rescue (sto
     end
   end)
 
+  it("promote a bf16 norm beside an fp32 one as torch's stack does (its bf16 norm rounded first)", function()
+    for p, want in pairs(MIXED) do
+      local ts = { fp8.tensor({ 1.0, 2.0, 1e20 }):to("bf16"), fp8.tensor({ 3.0, 1e-25 }) }
+      assert.are.equal(want, utils.get_total_norm(ts, p), "p = " .. p)
+    end
+  end)
+
   it("raise on a NaN or infinite total with error_if_nonfinite and scale by it as torch does without", function()
     for _, c in ipairs(NONFINITE) do
       local name, p = c[1], c[2]
@@ -199,4 +212,27 @@ describe("normclip: clip_grad_norm_ and get_total_norm on the core's rescue (sto
         end
       end
     end)
+end)
+
+describe("normclip: a fractional p's gradient near FLT_MAX (stop 100)", function()
+  it("is float64's where the plain formula's backward overflowed (p < 1: 1/p times the gradient on the way)", function()
+    for i, c in ipairs(FRAC) do
+      local x = fp8.tensor(c.x):requires_grad(true)
+      x:norm(c.p):backward()
+      -- (the fourth is not steep: the plain formula's fp32 gradient, 2.6e-6 off float64's, torch's 6.5e-7; left)
+      near(c.g, x.grad:tolist(), i <= 3 and 0 or 1e-5, ("case %d p = %s"):format(i, c.p))
+    end
+    -- along a dim, beside a row in range (that row keeps the plain formula's bits), and through dist
+    local x = fp8.tensor({ FRAC[2].x, { 0.5, 2.0 } }):requires_grad(true)
+    x:norm(0.5, 2):sum():backward()
+    local plain = fp8.tensor({ 0.5, 2.0 }):requires_grad(true)
+    plain:norm(0.5):backward()
+    near({ FRAC[2].g, plain.grad:tolist() }, x.grad:tolist(), 0, "rows")
+    local y = fp8.tensor(FRAC[2].x):requires_grad(true)
+    y:dist(fp8.zeros(2), 0.5):backward()
+    near(FRAC[2].g, y.grad:tolist(), 0, "dist")
+    local z = fp8.tensor({ FRAC[1].x }):requires_grad(true)
+    fp8.cdist(z, fp8.zeros(1, 3), 0.5):sum():backward()
+    near({ FRAC[1].g }, z.grad:tolist(), 0, "cdist")
+  end)
 end)
