@@ -63,7 +63,8 @@ end
 -- and the core's rescue where the sum left the range (no read); bf16/fp16 summed in fp32 and rounded back, as x:norm's.
 -- (|x|^p itself, not norm's select at x = 0: 0^p is 0 for p > 0, the same values.)
 local function norm_value(g, p)
-  local x = (g:is_fp8() and g:dequantize() or g):detach()
+  local x = g:is_fp8() and g:dequantize() or g
+  if x:requires_grad() then x = x:detach() end   -- (no graph; an op fewer where there is none to cut)
   local dt = x:dtype()
   if dt ~= "fp32" then x = x:float() end
   local r
