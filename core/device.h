@@ -47,7 +47,8 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(logsumexp, (fl_tensor *dst, fl_tensor *m, fl_tensor *s, const fl_tensor *a, int dim))                        \
     /* The p-norm's rescue (core/ops.h's fl_norm_rescue): r and s contiguous, one value per slice of x (any        \
      * layout) over the dims in mask (bit i: dim i is reduced), in the order of x's other dims; each fp32, bf16 or  \
-     * fp16; dst (as r) = r's bits, but in a slice whose s is not in [its dtype's smallest normal, inf) while its    \
+     * fp16; dst (as r) = r's bits, but in a slice whose s is not in [its dtype's smallest normal, inf), or for     \
+     * p < 1 whose (1/p)·(r / smallest nonzero |x|)^(1-p) passes 2^126 (ops.h), while its                           \
      * largest |x| is finite and not 0: the norm (Σ|x|^p)^(1/p) from x / c (c = 2^k <= that largest |x| < 2^(k+1);  \
      * that |x| for p > 512) in float64, rounded to fp32 and then r's dtype; scale (fp32) = c in those slices, 0 in  \
      * the others. *rescued: how many (-1: not known on the host without a wait). NULL entry: the host does it on  \

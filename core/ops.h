@@ -82,7 +82,10 @@ fl_status fl_sum_squares(fl_tensor **out, const fl_tensor *a, int dim, bool keep
  * largest |x| is finite and not 0: the norm of x / c (c = 2^k <= that |x| < 2^(k+1), exact; that |x| itself for
  * p > 512), in float64, times c, rounded to fp32 and then to r's dtype (within an ulp of the float64 norm), whose
  * gradient is the norm's derivative at x / c (the same at x): [1e20, 1e20]'s Σx² is inf and [1e-30, 1e-30]'s 0,
- * where the norms are 1.414e20 and 1.414e-30. The others keep r's value bits, and r's graph its gradient bits (r
+ * where the norms are 1.414e20 and 1.414e-30. So too, for p < 1, a slice whose plain backward would overflow on the
+ * way though its gradient need not: (1/p)·(r / its smallest nonzero |x|)^(1-p) past 2^126 (the root's 1/p reaches x's
+ * gradient before the power's p: x:norm(0.5) of [3e38, 1e-38], stop 100; tested first at 2^-149 from r alone, so the
+ * common case reads no x). The others keep r's value bits, and r's graph its gradient bits (r
  * takes g there and 0 in the rescued slices; x takes −0 outside them, which adds nothing). One pass over the sums on
  * the CPU where none is rescued (the device entry norm_rescue: no host read; elsewhere on a host copy).
  * gate: NULL, or fl_norm_gate(x, mask)'s result, through which the caller computed r and s: in the rescued slices the

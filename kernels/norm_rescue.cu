@@ -1,7 +1,9 @@
 /* norm_rescue.cu — the p-norm's rescue where Σ|x|^p left its dtype's range, as the "cuda" device entries norm_rescue
  * and norm_rescue_bwd (core/device.h); core/cpu/cpu_norm_rescue.c is the reference.
  * Maths: per slice o of x over the reduced dims (mask): where s[o] is in [tiny, inf) (tiny the smallest normal number
- * of s's dtype: 2^-126 for fp32 and bf16, 2^-14 for fp16), dst[o] = r[o]'s bits and scale[o] = 0; otherwise, where
+ * of s's dtype: 2^-126 for fp32 and bf16, 2^-14 for fp16) and, for p < 1, the slice is not steep (the CPU's steep:
+ * (1/p)·(r[o] / the smallest nonzero |x|)^(1-p) past 2^126, where the plain formula's backward overflows; tested
+ * first with 2^-149 for that |x|, so the common case reads no x), dst[o] = r[o]'s bits and scale[o] = 0; otherwise, where
  * the slice's largest |x| is finite and not 0, scale[o] = c (2^k, frexp's: 2^k <= max|x| < 2^(k+1); max|x| itself
  * for p > 512) and dst[o] = c · (Σ|x / c|^p)^(1/p), the sum in float64 in the slice's element order (the CPU's order:
  * the same bits), rounded to fp32 and then to r's dtype. r, s and x are fp32, bf16 or fp16 (half_cvt.h's conversions,
@@ -71,22 +73,32 @@ __device__ double scaled_sum(const void *x, int xt, const Layout &L, int64_t o, 
     return sum;
 }
 
+/* p < 1: the plain formula's backward reaches 1/p times x's gradient on the way, (1/p)·(r / |x|)^(1-p) for a unit
+ * g, which passes FLT_MAX near it (the CPU's steep, cpu_norm_rescue.c) */
+__device__ bool steep(float r, float amin, double p) {
+    return p < 1.0 && r == r &&
+           __dmul_rn(__ddiv_rn(1.0, p), pow(__ddiv_rn(fabs((double)r), (double)amin), 1.0 - p)) > 0x1p126;
+}
+
 __global__ void norm_rescue_kernel(void *dst, float *scale, const void *r, const void *s, const void *x, int rt,
                                    int st_, int xt, float tiny, Layout L, int64_t n, double p) {
     int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n) return;
-    const float sv = ld(s, st_, o);
+    const float sv = ld(s, st_, o), rv = ld(r, rt, o);
     if (rt == FL_F32) ((uint32_t *)dst)[o] = ((const uint32_t *)r)[o];   /* r's bits, NaNs included */
     else ((uint16_t *)dst)[o] = ((const uint16_t *)r)[o];
     scale[o] = 0.0f;
-    if (sv >= tiny && sv < INFINITY) return;   /* the common case */
-    float m = 0.0f;
+    const bool in_range = sv >= tiny && sv < INFINITY;
+    if (in_range && !steep(rv, 0x1p-149f, p)) return;   /* the common case */
+    float m = 0.0f, mn = INFINITY;
     for (int64_t j = 0; j < L.slice_len; j++) {
         int64_t off, flat;
         element_of(L, o, j, &off, &flat);
         float a = fabsf(ld(x, xt, off));
         if (a > m || a != a) m = a;
+        if (a > 0.0f && a < mn) mn = a;   /* the smallest nonzero |x| */
     }
+    if (in_range && !steep(rv, mn, p)) return;   /* not steep at its own smallest |x| */
     if (!(m > 0.0f && m < INFINITY)) return;   /* 0 (a sum of 0 that is right), inf, NaN */
     int e;
     frexpf(m, &e);

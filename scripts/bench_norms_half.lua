@@ -1,9 +1,11 @@
 -- bench_norms_half.lua — the p-norms' cost at p = 3 and on bf16 (stop 99: their rescue moved into the core, where the
 -- Lua rescue read a min and a max of the sums back). Run: OMP_NUM_THREADS=1 build/fp8lab scripts/bench_norms_half.lua
--- [rounds=5]; prints µs per call, the best round of each case (CPU time by os.clock, one thread).
+-- [rounds=5 [filter]]; prints µs per call, the best round of each case (CPU time by os.clock, one thread); filter, a
+-- plain substring of the cases' names, keeps only those ("norm (4x" for the clipping rows, stop 100).
 local F = fp8.nn.functional
 local U = fp8.nn.utils
 local rounds = tonumber(arg and arg[1]) or 5
+local filter = arg and arg[2]
 fp8.manual_seed(1)
 local x64, x2d, x32 = fp8.randn { 64 }, fp8.randn { 64, 64 }, fp8.randn { 32, 64 }
 local b64, b2d, b32 = x64:to("bf16"), x2d:to("bf16"), x32:to("bf16")
@@ -35,6 +37,7 @@ local cases = {
   { "clip_grad_norm_ bf16 (4x[64,64])", function() return U.clip_grad_norm_(bparams, 1e9) end, 5000 },
 }
 for _, c in ipairs(cases) do
+  if filter and not c[1]:find(filter, 1, true) then goto next end
   local best = math.huge
   for _ = 1, rounds do
     collectgarbage()
@@ -43,4 +46,5 @@ for _, c in ipairs(cases) do
     best = math.min(best, (os.clock() - t) / c[3] * 1e6)
   end
   print(("%-34s %10.2f us"):format(c[1], best))
+  ::next::
 end

@@ -1,5 +1,6 @@
-/* cpu_norm_rescue.c — the p-norm's rescue where Σ|x|^p left its dtype's range (core/device.h's norm_rescue and
- * norm_rescue_bwd): the common case is one pass over the sums alone; x is read only for the slices rescued. */
+/* cpu_norm_rescue.c — the p-norm's rescue where Σ|x|^p left its dtype's range, or (p < 1) where the plain formula's
+ * gradient would (core/device.h's norm_rescue and norm_rescue_bwd): the common case is one pass over the sums and
+ * norms alone; x is read only for the slices that may be rescued. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,8 @@ static void each_element(const fl_tensor *x, uint32_t mask, slice_fn fn, void *c
 }
 
 typedef struct {
-    const void *x; fl_dtype xt; double p; const unsigned char *want; float *amax; double *sum; const float *scale;
+    const void *x; fl_dtype xt; double p; const unsigned char *want; float *amax, *amin; double *sum;
+    const float *scale;
 } walk;
 
 static void amax_of(void *c, int64_t o, int64_t i) {
@@ -48,6 +50,17 @@ static void amax_of(void *c, int64_t o, int64_t i) {
     if (!w->want[o]) return;
     float a = fabsf(ld(w->x, w->xt, i));
     if (a > w->amax[o] || a != a) w->amax[o] = a;   /* a NaN stays (a > NaN is false) */
+    if (a > 0.0f && a < w->amin[o]) w->amin[o] = a;   /* the smallest nonzero |x| */
+}
+
+/* p < 1: the plain formula's backward (|x|^p summed, the root s^(1/p)) reaches x's gradient as (g·(1/p)·s^(1/p-1))
+ * ·|x|^(p-1), times p last (core/ops_grad.c's x^s backward multiplies by s last): (1/p)·(r / |x|)^(1-p) for a unit g,
+ * 1/p times the gradient itself, which passes FLT_MAX where the gradient is within a factor 1/p of it or past it (r
+ * inf: the norm past FLT_MAX, its gradients finite). x:norm(0.5) of [3e38, 1e-38]: inf where float64's (and torch's)
+ * is 1.73e38. Such a slice (the bound at its smallest nonzero |x| past 2^126, a margin of 4 below FLT_MAX) is rescued:
+ * its gradient float64's. amin 2^-149 (the smallest subnormal) gives the bound for any x: the first pass's test. */
+static bool steep(float r, float amin, double p) {
+    return p < 1 && r == r && 1 / p * pow(fabs((double)r) / (double)amin, 1 - p) > 0x1p126;
 }
 
 /* |y|^p for y = x / c, exact for p 1 and 2 in float64 */
@@ -77,28 +90,37 @@ fl_status fl_cpu_dev_norm_rescue(fl_tensor *dst, fl_tensor *scale, const fl_tens
     float *kv = fl_tensor_data(scale);
     const float tiny = (float)fl_format(sdt)->min_normal;   /* fp32's and bf16's 2^-126, fp16's 2^-14 */
     memcpy(fl_tensor_data(dst), fl_tensor_data(r), (size_t)n * fl_format(dt)->size);   /* r's bits, NaNs included */
+    const void *rv = fl_tensor_data(r);
     int64_t cand = 0;
     for (int64_t o = 0; o < n; o++) {   /* the common case: this pass alone */
         float v = ld(sv, sdt, o);
         kv[o] = 0.0f;
-        cand += !(v >= tiny && v < INFINITY);
+        cand += !(v >= tiny && v < INFINITY) || steep(ld(rv, dt, o), 0x1p-149f, p);
     }
     *rescued = 0;
     if (!cand) return FL_OK;
     unsigned char *want = calloc((size_t)n, 1);
-    float *amax = calloc((size_t)n, sizeof *amax);
+    float *amax = calloc((size_t)n, sizeof *amax), *amin = malloc((size_t)n * sizeof *amin);
     double *sum = calloc((size_t)n, sizeof *sum);
-    if (!want || !amax || !sum) {
-        free(want); free(amax); free(sum);
+    if (!want || !amax || !amin || !sum) {
+        free(want); free(amax); free(amin); free(sum);
         return FL_ERR(FL_ENOMEM, "norm: out of memory for the slices whose Σ|x|^p left the range");
     }
     fl_tensor *xc = NULL;   /* x read in its own order (a view's copy made only here) */
     fl_status st0 = fl_tensor_contiguous(&xc, x);
-    if (st0 != FL_OK) { free(want); free(amax); free(sum); return st0; }
+    if (st0 != FL_OK) { free(want); free(amax); free(amin); free(sum); return st0; }
     x = xc;
-    for (int64_t o = 0; o < n; o++) { float v = ld(sv, sdt, o); want[o] = !(v >= tiny && v < INFINITY); }
-    walk w = { .x = fl_tensor_data(x), .xt = x->dtype, .want = want, .amax = amax };
+    for (int64_t o = 0; o < n; o++) {
+        float v = ld(sv, sdt, o);
+        want[o] = !(v >= tiny && v < INFINITY) || steep(ld(rv, dt, o), 0x1p-149f, p);
+        amin[o] = INFINITY;
+    }
+    walk w = { .x = fl_tensor_data(x), .xt = x->dtype, .want = want, .amax = amax, .amin = amin };
     each_element(x, mask, amax_of, &w);
+    for (int64_t o = 0; o < n; o++) {   /* a steep candidate kept only where its smallest nonzero |x| makes it so */
+        float v = ld(sv, sdt, o);
+        if (want[o] && v >= tiny && v < INFINITY && !steep(ld(rv, dt, o), amin[o], p)) want[o] = 0;
+    }
     for (int64_t o = 0; o < n; o++)
         if (want[o] && amax[o] > 0.0f && amax[o] < INFINITY) {   /* not 0 (a sum of 0 that is right), inf, NaN */
             /* c = 2^k (frexp's: 2^k <= amax < 2^(k+1)), exact, so that p 1 and 2 take x / c exactly; the terms are
@@ -114,7 +136,7 @@ fl_status fl_cpu_dev_norm_rescue(fl_tensor *dst, fl_tensor *scale, const fl_tens
         for (int64_t o = 0; o < n; o++)
             if (kv[o] != 0.0f) st(fl_tensor_data(dst), dt, o, (float)(root(sum[o], p) * (double)kv[o]));
     }
-    free(want); free(amax); free(sum);
+    free(want); free(amax); free(amin); free(sum);
     fl_tensor_release(xc);
     return FL_OK;
 }

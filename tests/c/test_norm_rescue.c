@@ -1,6 +1,7 @@
 /* test_norm_rescue.c — fl_norm_rescue and fl_norm_gate (core/ops.h, stop 99): bf16 and fp16 norms and sums (the test
  * against the smallest normal number of the sums' dtype, the rescued slice summed in float64 and rounded once), p = 3
- * through the gate (a gradient with no NaN where |x|^2 overflows), and the gate's refusals. The reference is float64. */
+ * through the gate (a gradient with no NaN where |x|^2 overflows), p = 0.5 where the plain backward overflows though
+ * the gradient does not (stop 100), and the gate's refusals. The reference is float64. */
 #include "runner.h"
 #include "ops.h"
 #include "autograd.h"
@@ -98,6 +99,37 @@ TEST(norm_rescue_p3_through_the_gate_has_no_nan_gradient) {
         fl_tensor *ts[] = { x, xg, r, s, out, tot };
         for (int i = 0; i < 6; i++) fl_tensor_release(ts[i]);
     }
+}
+
+/* p = 0.5 of [3e38, 1e-38]: Σ|x|^p and r are in range, but the plain backward reaches (1/p)·(r / |x|)^(1-p) = 3.46e38
+ * at x = 1e-38 before its last factor p (inf in fp32) where the gradient is 1.73e38: the slice is rescued (stop 100),
+ * its gradient float64's. The row [0.5, 2] is not: it keeps r's bits and the plain gradient. */
+TEST(norm_rescue_steep_fractional_p_gradient_is_float64s) {
+    const int64_t shape[2] = { 2, 2 };
+    const float v[4] = { 3e38f, 1e-38f, 0.5f, 2.0f };
+    fl_tensor *x = NULL, *xg = NULL, *r = NULL, *s = NULL, *out = NULL, *tot = NULL;
+    REQUIRE_OK(fl_tensor_from_f32(&x, v, 2, shape, FL_F32));
+    fl_tensor_set_requires_grad(x, true);
+    REQUIRE_OK(fl_norm_gate(&xg, x, 2u));
+    plain(xg, 0.5, &r, &s);
+    REQUIRE_OK(fl_norm_rescue(&out, r, s, x, 2u, 0.5, xg));
+    REQUIRE_OK(fl_reduce(&tot, FL_OP_SUM, out, FL_ALL_DIMS, false));
+    REQUIRE_OK(fl_backward(tot, NULL, false));
+    REQUIRE(x->grad, "no gradient");
+    double N = norm64(v, 2, 0.5);
+    CHECK(at(out, 0) == (double)(float)N, "row 0: %.9g, want %.9g", at(out, 0), N);
+    CHECK(at(out, 1) == at(r, 1), "row 1 keeps r: %.9g vs %.9g", at(out, 1), at(r, 1));
+    for (int i = 0; i < 2; i++) {   /* ∂N/∂x = sign(x)·(|x| / N)^(p-1), rounded once */
+        double want = copysign(pow(fabs((double)v[i]) / N, -0.5), v[i]);
+        CHECK(at(x->grad, i) == (double)(float)want, "grad %d: %.9g, want %.9g", i, at(x->grad, i), want);
+    }
+    double N1 = norm64(v + 2, 2, 0.5);
+    for (int i = 2; i < 4; i++) {
+        double want = pow(fabs((double)v[i]) / N1, -0.5);
+        CHECK(fabs(at(x->grad, i) - want) <= 1e-6 * want, "grad %d: %.9g, want %.9g", i, at(x->grad, i), want);
+    }
+    fl_tensor *ts[] = { x, xg, r, s, out, tot };
+    for (int i = 0; i < 6; i++) fl_tensor_release(ts[i]);
 }
 
 TEST(norm_rescue_gate_refusals) {

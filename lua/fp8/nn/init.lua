@@ -453,7 +453,8 @@ add("nn.BatchNorm2d", "fp8.nn.BatchNorm2d(num_features [, {eps=1e-5, momentum=0.
   .. "[, eps]]]) too. num_batches_tracked is a 0-d fp32 buffer (torch's is int64).")
 add("nn.utils.get_total_norm", "fp8.nn.utils.get_total_norm(tensors [, norm_type=2 [, error_if_nonfinite=false]]) -> "
   .. "norm / clip_grads_with_norm_(params, max_norm, total_norm)",
-  "torch 2.6's two halves of clip_grad_norm_: the norm of the tensors (the gradients) taken together, as a number;\n"
+  "torch 2.6's two halves of clip_grad_norm_: the norm of the tensors (the gradients) taken together, as a number\n"
+  .. "(torch's norm of the per-tensor norms, through the core's rescue; fp32's p = 2 in double);\n"
   .. "then every gradient of params scaled by min(1, max_norm / (total_norm + 1e-6)) in place.")
 add("nn.utils.parameters_to_vector", "fp8.nn.utils.parameters_to_vector(params) -> vec / "
   .. "vector_to_parameters(vec, params)",

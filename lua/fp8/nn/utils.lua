@@ -1,6 +1,6 @@
--- utils.lua — fp8.nn.utils: clip_grad_norm_(params, max_norm [, norm_type=2]), the norm accumulated
--- in float64 over all gradients, and its halves get_total_norm / clip_grads_with_norm_; clip_grad_value_;
--- parameters_to_vector / vector_to_parameters.
+-- utils.lua — fp8.nn.utils: clip_grad_norm_(params, max_norm [, norm_type=2]), the norm of the gradients
+-- taken together (torch's norm of norms, through the core's rescue), and its halves get_total_norm /
+-- clip_grads_with_norm_; clip_grad_value_; parameters_to_vector / vector_to_parameters.
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
 
 local M = {}
@@ -50,44 +50,56 @@ local function check_nonfinite_flag(fname, v)
   end
 end
 
--- The norm of order p of the tensors taken together (torch's norm of the per-tensor p-norms), accumulated in float64;
--- error_if_nonfinite raises (in fname's name) on a NaN or infinite one.
+-- The norm of order p of the tensors taken together; error_if_nonfinite raises (in fname's name) on a NaN or infinite
+-- one. p = 2 over fp32 tensors: √ of their Σg² in float64 (sumsq: each tensor's sum, added in order, one device wait
+-- for all; within an ulp of torch's fp32 total where torch's own Σg² stays in range, and finite past fp32's max,
+-- docs/lua-api.md). Any other p or dtype: torch's norm of the per-tensor p-norms, each x:norm(p)'s value (the core's rescue
+-- where Σ|g|^p leaves the range: [1e20, ...] and [1e-25, ...] at p = 3 are their true norms, torch's inf and 0) and
+-- their norm again on the device, read once (stop 100: until then one item() per tensor, and the largest |g|'s
+-- where a sum left the range, with a Lua rescue of its own, in float64); a total past the dtype's max is inf, as
+-- torch's. The norms keep the gradients' dtype where they share one (torch's bf16 total of bf16 gradients), fp32
+-- otherwise (torch's stack promotes); MS-AMP's FP8 gradients dequantized.
+-- x:norm(p)'s value, without its graph and its argument checks (a third of its time on a [64, 64]): Σ|x|^p, its root
+-- and the core's rescue where the sum left the range (no read); bf16/fp16 summed in fp32 and rounded back, as x:norm's.
+-- (|x|^p itself, not norm's select at x = 0: 0^p is 0 for p > 0, the same values.)
+local function norm_value(g, p)
+  local x = g:is_fp8() and g:dequantize() or g
+  if x:requires_grad() then x = x:detach() end   -- (no graph; an op fewer where there is none to cut)
+  local dt = x:dtype()
+  if dt ~= "fp32" then x = x:float() end
+  local r
+  if p == 1 then
+    r = x:abs():sum()
+  elseif p == math.huge then
+    r = x:amax()
+  else
+    local s = x:abs():pow(p):sum()
+    r = s:pow(1 / p):_norm_rescue(s, x, x:dim() > 0 and (1 << x:dim()) - 1 or 0, p)
+  end
+  return dt ~= "fp32" and r:to(dt) or r
+end
+
+local function all_fp32(tensors)
+  for _, g in ipairs(tensors) do if g:dtype() ~= "fp32" then return false end end
+  return true
+end
 local function total_norm(fname, tensors, p, error_if_nonfinite)
   local total
-  if p == 2 then
-    total = math.sqrt(require("fp8._optim").sumsq(tensors))   -- each Σg², added in order; one device wait for all
-  elseif p == math.huge then
-    total = 0.0
-    for _, g in ipairs(tensors) do
-      local m = (g:is_fp8() and g:dequantize() or g):abs():max():item()   -- MS-AMP's E4M3 weight gradients
-      if m > total or m ~= m then total = m end
-    end
-  else   -- (Σ over the tensors of Σ|g|^p)^(1/p)
-    -- A tensor whose fp32 Σ|g|^p left the normal range (inf, or under FLT_MIN: p = 3 and [1e20, 1e20] or
-    -- [1e-30, 1e-30], whose norms are finite) is summed as |g / 2^k|^p, 2^k near its largest |g| (exact), and
-    -- counted as 2^(k·p) times that: the total is 2^K·(Σ sᵢ·2^((kᵢ − K)·p))^(1/p), K the largest kᵢ of a nonzero
-    -- sum, in float64. Where no sum left the range every k is 0: the plain sum, the same bits.
-    local sums, ks, K = {}, {}, nil
+  if #tensors == 0 then
+    total = 0.0   -- torch's tensor(0.)
+  elseif p == 2 and all_fp32(tensors) then
+    total = math.sqrt(require("fp8._optim").sumsq(tensors))
+  else
+    local norms, dt = {}, nil
     for i, g in ipairs(tensors) do
-      local a = (g:is_fp8() and g:dequantize() or g):abs()
-      local s, k = (p == 1 and a or a:pow(p)):sum():item(), 0
-      local tiny = a:dtype() == "fp16" and 2 ^ -14 or 2 ^ -126   -- the smallest normal number of the sum's dtype
-      if p ~= 1 and a:numel() > 0 and (s == math.huge or s < tiny) then   -- (an empty one's 0 is right)
-        local m = a:max():item()
-        if m > 0 and m < math.huge then
-          k = math.min(math.floor(math.log(m, 2)), 127)
-          -- an fp16 tensor's in fp32 (as torch 2.15's fp16 norms accumulate): Σ|g / 2^k|^p, below n·2^p, passes
-          -- fp16's 65504 (ones(2, 70000) with p = 3: the total was inf, torch's 51.94; stop 98)
-          s = ((a:dtype() == "fp16" and a:float() or a) / 2.0 ^ k):pow(p):sum():item()
-        end
-      end
-      sums[i], ks[i] = s, k
-      if s ~= 0 and (K == nil or k > K) then K = k end
+      local n = norm_value(g, p)
+      if i > 1 and n:device() ~= norms[1]:device() then n = n:to(norms[1]:device()) end   -- torch's to(first_device)
+      dt = (dt == nil or dt == n:dtype()) and n:dtype() or "fp32"
+      norms[i] = n
     end
-    K = K or 0
-    local sum = 0.0
-    for i = 1, #sums do sum = sum + (ks[i] == K and sums[i] or sums[i] * 2.0 ^ ((ks[i] - K) * p)) end
-    total = K == 0 and sum ^ (1 / p) or 2.0 ^ K * sum ^ (1 / p)
+    if dt == "fp32" then for i, n in ipairs(norms) do if n:dtype() ~= "fp32" then norms[i] = n:float() end end end
+    for i, n in ipairs(norms) do norms[i] = n:view(1) end
+    total = norm_value(fp8.cat(norms, 1), p):item()   -- (the core's cat: fp8.stack's checks cost more than it)
   end
   if error_if_nonfinite and (total ~= total or total == math.huge) then
     error(("%s: the total norm of order %s of the gradients is non-finite (%s), so it cannot be clipped; "
