@@ -956,7 +956,8 @@ done:
 fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v, bool causal, double scale) {
     char a[200], b[200], c[200];
     *out = NULL;
-    FL_PROF_SCOPE("scaled_dot_product_attention"); FL_PROF_SHAPES(q, k, v);
+    /* record_shapes: torch's eight inputs (q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) */
+    FL_PROF_SCOPE("scaled_dot_product_attention"); FL_PROF_SHAPES(q, k, v, NULL, NULL, NULL, NULL, NULL);
     if (q->ndim != 4 || !fl_shape_equal(q->ndim, q->shape, k->ndim, k->shape) || !fl_shape_equal(q->ndim, q->shape, v->ndim, v->shape))
         return FL_ERR(FL_EINVAL, "scaled_dot_product_attention: q, k, v must all be [B, H, T, D] of one shape, got %s, %s, %s",
                       SHAPE(a, q), SHAPE(b, k), SHAPE(c, v));

@@ -77,7 +77,9 @@ fl_status fl_binary_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, const 
     *out = NULL;
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
     const char *name = fl_binop_names[op];
-    FL_PROF_SCOPE(name); FL_PROF_SHAPES(a, b);
+    FL_PROF_SCOPE(name);
+    /* record_shapes: torch's aten::add and aten::sub take alpha as a third input, a scalar ([]) */
+    if (op == FL_OP_ADD || op == FL_OP_SUB) FL_PROF_SHAPES(a, b, NULL); else FL_PROF_SHAPES(a, b);
     FL_TRY(refuse_fp8(a, name));
     FL_TRY(refuse_fp8(b, name));
     FL_TRY(same_device(a, b, name));
@@ -114,7 +116,8 @@ fl_status fl_binary_scalar_raw(fl_tensor **out, fl_binop op, const fl_tensor *a,
     if (rounds && a->dtype == FL_BF16) s = fl_bf16_to_f32(fl_f32_to_bf16((float)s));
     else if (rounds && a->dtype == FL_F16) s = fl_f16_to_f32(fl_f32_to_f16((float)s));
     const char *name = fl_binop_names[op];
-    FL_PROF_SCOPE(name); FL_PROF_SHAPES(a, NULL);
+    FL_PROF_SCOPE(name);
+    if (op == FL_OP_ADD || op == FL_OP_SUB) FL_PROF_SHAPES(a, NULL, NULL); else FL_PROF_SHAPES(a, NULL);
     FL_TRY(refuse_fp8(a, name));
     const fl_device *dev;
     FL_TRY(get_device(a, name, &dev));
