@@ -467,6 +467,19 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     return FL_OK;
 }
 
+/* with_flops: whether the ops a node's backward runs count their FLOPs, as torch's backward of the same op does: the
+ * GEMMs of MmBackward0/BmmBackward0 and AddmmBackward0 (matmul, linear, and the FP8 linear in their place), the
+ * aten::mul calls of MulBackward0/1, and whatever a Python autograd.Function's backward calls (fp8.autograd.Function:
+ * LinkBackward). Every other node is one uncounted op in torch (ConvolutionBackward0's aten::convolution_backward,
+ * SoftmaxBackward0's _softmax_backward_data, ...): the elementwise ops and GEMMs fp8lab's formula runs count none. */
+static bool node_counts_flops(const fl_node *nd) {
+    static const char *const counted[] = { "MatmulBackward", "LinearBackward", "FP8LinearBackward", "MulBackward" };
+    if (nd->backward == link_bwd) return true;
+    for (size_t i = 0; i < sizeof counted / sizeof *counted; i++)
+        if (nd->name && strcmp(nd->name, counted[i]) == 0) return true;
+    return false;
+}
+
 fl_status fl_node_input_stub(fl_node *n, int i) {
     fl_tensor *in = n->inputs[i];
     /* a leaf that takes a gradient is written to (its .grad): the tensor itself stays */
@@ -922,6 +935,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         }
         if (st == FL_OK && cap && !runs[k]) { fl_tensor_release(go); ran = k; continue; }
         uint64_t prof = FL_PROF_BEGIN(nd->name);   /* e.g. "LinearBackward", nested under "backward" */
+        if (prof) fl_prof_mark_node(prof, node_counts_flops(nd));
         if (st == FL_OK) st = check_versions(nd);
         if (st == FL_OK && !nd->backward) st = FL_ERR(FL_EINVAL, "%s", SECOND_TIME);   /* (never: busy nodes stay) */
         if (st == FL_OK) st = nd->backward(nd, go, gin);

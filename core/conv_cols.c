@@ -115,6 +115,10 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     int64_t oh = 0, ow = 0, numel;
     FL_TRY(check(x, w, g, groups, wide, &oh, &ow));
     const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], OC = w->shape[0];
+    /* with_flops: torch's aten::conv2d count, 2·N·OC·OH·OW·(C/groups)·kh·kw (the bias not counted), on this event
+     * whichever route runs it (oneDNN's direct convolution, the columns' GEMMs: those count none) */
+    FL_PROF_FLOPS(2.0 * (double)N * (double)OC * (double)(oh * ow) * (double)(C / groups) * (double)(g->kh * g->kw));
+    FL_PROF_HIDE_INNER_FLOPS();
     if (b && (b->dtype != FL_F32 || b->device != FL_DEV_CPU || b->ndim != 1 || b->shape[0] != OC ||
               (x->dtype != FL_F32 && !wide)))
         return FL_ERR(FL_EINVAL, "conv2d_cols: the bias must be an fp32 CPU tensor [%lld] added to an fp32 result (an "
@@ -152,10 +156,6 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, bc, groups, geo, &direct);
         fl_tensor_release(w4);
         fl_tensor_release(wc);
-        /* with_flops: the columns' route counts its GEMMs on the matmul events inside this one; the direct route has
-         * none, so the convolution carries them itself: torch's aten::conv2d count, 2·N·OC·OH·OW·(C/groups)·kh·kw */
-        if (st == FL_OK && direct)
-            FL_PROF_FLOPS(2.0 * (double)N * (double)OC * (double)L * (double)(C / groups) * (double)K);
     }
     if (st == FL_OK && numel > 0 && CKL > 0 && !direct) {
         const int64_t cshape[3] = { nb, C * K, L };

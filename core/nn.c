@@ -892,7 +892,8 @@ fl_status fl_sdpa_qkv(fl_tensor **out, const fl_tensor *qkv, int64_t H, bool cau
     const fl_device *dev;
     FL_TRY(NN_DEVICE(qkv, sdpa_fwd, "scaled_dot_product_attention", &dev));
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
-    FL_PROF_FLOPS(4.0 * (double)B * (double)H * (double)T * (double)T * (double)D);   /* QKᵀ and AV */
+    /* with_flops: none, as torch's aten::scaled_dot_product_attention (its fused kernels have no count) */
+    FL_PROF_HIDE_INNER_FLOPS();
     fl_tensor *x = NULL, *p[3] = { NULL, NULL, NULL }, *o = NULL, *att = NULL, *ov = NULL;
     fl_status st = f32c(&x, qkv, "attention", "qkv");
     int64_t as[4] = { B, H, T, T }, os[3] = { B, T, C };
@@ -956,7 +957,8 @@ done:
 fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const fl_tensor *v, bool causal, double scale) {
     char a[200], b[200], c[200];
     *out = NULL;
-    FL_PROF_SCOPE("scaled_dot_product_attention"); FL_PROF_SHAPES(q, k, v);
+    /* record_shapes: torch's eight inputs (q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) */
+    FL_PROF_SCOPE("scaled_dot_product_attention"); FL_PROF_SHAPES(q, k, v, NULL, NULL, NULL, NULL, NULL);
     if (q->ndim != 4 || !fl_shape_equal(q->ndim, q->shape, k->ndim, k->shape) || !fl_shape_equal(q->ndim, q->shape, v->ndim, v->shape))
         return FL_ERR(FL_EINVAL, "scaled_dot_product_attention: q, k, v must all be [B, H, T, D] of one shape, got %s, %s, %s",
                       SHAPE(a, q), SHAPE(b, k), SHAPE(c, v));
@@ -965,7 +967,8 @@ fl_status fl_sdpa(fl_tensor **out, const fl_tensor *q, const fl_tensor *k, const
     FL_TRY(same_device("scaled_dot_product_attention", 3, (const fl_tensor *[]){ q, k, v }));
     FL_TRY(NN_DEVICE(q, sdpa_fwd, "scaled_dot_product_attention", &dev));
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
-    FL_PROF_FLOPS(4.0 * (double)B * (double)H * (double)T * (double)T * (double)D);   /* QKᵀ and AV */
+    /* with_flops: none, as torch's aten::scaled_dot_product_attention (its fused kernels have no count) */
+    FL_PROF_HIDE_INNER_FLOPS();
     fl_tensor *qc = NULL, *kc = NULL, *vc = NULL, *att = NULL;
     fl_status st = f32c(&qc, q, "scaled_dot_product_attention", "q");
     if (st == FL_OK) st = f32c(&kc, k, "scaled_dot_product_attention", "k");

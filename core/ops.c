@@ -77,7 +77,12 @@ fl_status fl_binary_raw(fl_tensor **out, fl_binop op, const fl_tensor *a, const 
     *out = NULL;
     if ((int)op < 0 || op >= FL_BINOP_COUNT) return FL_ERR(FL_EINVAL, "unknown binary op %d", (int)op);
     const char *name = fl_binop_names[op];
-    FL_PROF_SCOPE(name); FL_PROF_SHAPES(a, b);
+    FL_PROF_SCOPE(name);
+    /* record_shapes: torch's aten::add and aten::sub take alpha as a third input, a scalar ([]) */
+    if (op == FL_OP_ADD || op == FL_OP_SUB) FL_PROF_SHAPES(a, b, NULL); else FL_PROF_SHAPES(a, b);
+    /* with_flops: torch's count for aten::add and aten::mul, the first input's element count (v + x with v [8] and x
+     * [4, 8] counts 8; x + v 32), for every dtype; torch counts no other elementwise op */
+    if (op == FL_OP_ADD || op == FL_OP_MUL) FL_PROF_CALLED_FLOPS(fl_tensor_numel(a));
     FL_TRY(refuse_fp8(a, name));
     FL_TRY(refuse_fp8(b, name));
     FL_TRY(same_device(a, b, name));
@@ -114,7 +119,12 @@ fl_status fl_binary_scalar_raw(fl_tensor **out, fl_binop op, const fl_tensor *a,
     if (rounds && a->dtype == FL_BF16) s = fl_bf16_to_f32(fl_f32_to_bf16((float)s));
     else if (rounds && a->dtype == FL_F16) s = fl_f16_to_f32(fl_f32_to_f16((float)s));
     const char *name = fl_binop_names[op];
-    FL_PROF_SCOPE(name); FL_PROF_SHAPES(a, NULL);
+    FL_PROF_SCOPE(name);
+    if (op == FL_OP_ADD || op == FL_OP_SUB) FL_PROF_SHAPES(a, NULL, NULL); else FL_PROF_SHAPES(a, NULL);
+    /* (torch's 2 * x and 1 + x are aten::mul(x, 2) and aten::add(x, 1): x's element count either way; its 2 / x is
+     * aten::reciprocal then aten::mul(·, 2), which counts the same) */
+    if (op == FL_OP_ADD || op == FL_OP_MUL || (op == FL_OP_DIV && scalar_first))
+        FL_PROF_CALLED_FLOPS(fl_tensor_numel(a));
     FL_TRY(refuse_fp8(a, name));
     const fl_device *dev;
     FL_TRY(get_device(a, name, &dev));
@@ -470,7 +480,9 @@ fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b,
         return FL_ERR(FL_EINVAL, "matmul: batch dims of shapes %s and %s cannot be broadcast together", SHAPE(sa, a), SHAPE(sb, b));
     int64_t B = 1;
     for (int i = 0; i < nbatch; i++) B *= batch[i];
-    FL_PROF_FLOPS(2.0 * (double)B * (double)M * (double)N * (double)K);
+    /* torch's matmul runs aten::mm or aten::bmm, whose count this is, unless the second operand is a vector: then
+     * aten::dot or aten::mv (addmv_), which torch counts none for */
+    if (b->ndim > 1) FL_PROF_FLOPS(2.0 * (double)B * (double)M * (double)N * (double)K);
     int64_t oshape[FL_MAX_DIMS + 2];
     int no = 0;
     for (int i = 0; i < nbatch; i++) oshape[no++] = batch[i];

@@ -27,6 +27,10 @@ typedef struct {
     int64_t live0;                       /* profile_memory: fl_bytes_live at begin */
     uint64_t m0, m1;                     /* device marks at begin and end (0: none) */
     bool mem;
+    bool hide;                           /* with_flops: the events opened inside this one count none */
+    bool hidden;                         /* inside such an event: fl_prof_set_flops leaves this one at 0 */
+    bool node;                           /* an autograd node's backward (fl_prof_mark_node) */
+    bool nested;                         /* directly inside another op that is not a node: no called-op count */
 } ev_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -191,6 +195,11 @@ uint64_t fl_prof_begin(const char *name, fl_prof_kind kind, const char *note) {
     /* Past the stack's depth the enclosing event is not known: no parent (then self time never goes negative) */
     e->pub.parent = tl_depth > 0 && tl_depth <= MAX_DEPTH ? tl_stack[tl_depth - 1] : -1;
     e->pub.depth = tl_depth;
+    if (e->pub.parent >= 0) {
+        const ev_t *p = at((size_t)e->pub.parent);
+        e->hidden = p->hide || p->hidden;
+        e->nested = p->pub.kind == FL_PROF_OP && !p->node;
+    }
     if (tl_depth < MAX_DEPTH) tl_stack[tl_depth] = (int64_t)idx;
     tl_depth++;
     e->mem = (f & FL_PROF_MEMORY) != 0;
@@ -252,7 +261,34 @@ void fl_prof_set_flops(uint64_t tok, double fl) {
     if (!(fl_prof_flags() & FL_PROF_WITH_FLOPS)) return;
     pthread_mutex_lock(&mu);
     int64_t i = index_of(tok);
-    if (i >= 0) at((size_t)i)->pub.flops = fl;
+    if (i >= 0 && !at((size_t)i)->hidden) at((size_t)i)->pub.flops = fl;
+    pthread_mutex_unlock(&mu);
+}
+
+void fl_prof_set_called_flops(uint64_t tok, double fl) {
+    if (!(fl_prof_flags() & FL_PROF_WITH_FLOPS)) return;
+    pthread_mutex_lock(&mu);
+    int64_t i = index_of(tok);
+    if (i >= 0 && !at((size_t)i)->hidden && !at((size_t)i)->nested) at((size_t)i)->pub.flops = fl;
+    pthread_mutex_unlock(&mu);
+}
+
+void fl_prof_mark_node(uint64_t tok, bool counts_inner) {
+    if (!(fl_prof_flags() & FL_PROF_WITH_FLOPS)) return;   /* (it only decides counts) */
+    pthread_mutex_lock(&mu);
+    int64_t i = index_of(tok);
+    if (i >= 0) {
+        at((size_t)i)->node = true;
+        if (!counts_inner) at((size_t)i)->hide = true;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+void fl_prof_hide_inner_flops(uint64_t tok) {
+    if (!(fl_prof_flags() & FL_PROF_WITH_FLOPS)) return;
+    pthread_mutex_lock(&mu);
+    int64_t i = index_of(tok);
+    if (i >= 0) at((size_t)i)->hide = true;
     pthread_mutex_unlock(&mu);
 }
 

@@ -6,6 +6,7 @@
  *     FL_PROF_SCOPE("matmul");           the event closes when the function returns (any return)
  *     FL_PROF_SHAPES(a, b);              record_shapes: the tensors' shapes (NULL → "[]")
  *     FL_PROF_FLOPS(2.0 * M * N * K);    with_flops
+ *     FL_PROF_HIDE_INNER_FLOPS();        with_flops: the ops it runs inside count none (torch's op counts as one)
  * or, around a call, t = FL_PROF_BEGIN(name) ... FL_PROF_END(t).
  * Events nest per thread: an event begun while another is open on the same thread is its child
  * (parent index, depth; an event more than 256 levels deep has depth but no parent). Ranges
@@ -67,6 +68,16 @@ uint64_t fl_prof_begin(const char *name, fl_prof_kind kind, const char *note);
  * the last fl_prof_clear() are ignored. */
 void fl_prof_end(uint64_t tok);
 void fl_prof_set_flops(uint64_t tok, double flops);
+/* with_flops: the events opened inside tok's event (on this thread, while it is open) count no FLOPs, as torch counts
+ * the op as one (aten::scaled_dot_product_attention: none, whatever it runs inside; aten::conv2d: its own count) */
+void fl_prof_hide_inner_flops(uint64_t tok);
+/* with_flops: an elementwise op's count (torch's aten::add and aten::mul), kept only where the user called the op:
+ * an event not inside another op, or directly inside an autograd node's event (torch's MulBackward0 calls aten::mul);
+ * one that a composite op runs inside itself (linear's bias, an optimizer's step) counts none, as torch's fused op */
+void fl_prof_set_called_flops(uint64_t tok, double flops);
+/* tok's event is an autograd node's backward (fl_autograd's walk); counts_inner false: the ops it runs count no
+ * FLOPs (torch's own backward of that op is one uncounted op: ConvolutionBackward0, SoftmaxBackward0, ...) */
+void fl_prof_mark_node(uint64_t tok, bool counts_inner);
 void fl_prof_set_shapes(uint64_t tok, int n, const struct fl_tensor *const *ts);
 /* Close every open event of this thread (stop() on the Lua side, after an error unwound ranges). */
 void fl_prof_end_all(void);
@@ -101,6 +112,9 @@ static inline void fl_prof_scope_end(fl_prof_scope *s) { if (s->tok) fl_prof_end
 #define FL_PROF_SCOPE(name) fl_prof_scope fl__prof = { 0 }   /* no cleanup attribute: not recorded */
 #endif
 #define FL_PROF_FLOPS(expr) do { if (fl__prof.tok) fl_prof_set_flops(fl__prof.tok, (double)(expr)); } while (0)
+#define FL_PROF_CALLED_FLOPS(expr) \
+    do { if (fl__prof.tok) fl_prof_set_called_flops(fl__prof.tok, (double)(expr)); } while (0)
+#define FL_PROF_HIDE_INNER_FLOPS() do { if (fl__prof.tok) fl_prof_hide_inner_flops(fl__prof.tok); } while (0)
 #define FL_PROF_SHAPES(...)                                                                          \
     do {                                                                                             \
         if (fl__prof.tok && (fl_prof_flags() & FL_PROF_RECORD_SHAPES)) {                             \

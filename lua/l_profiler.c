@@ -41,20 +41,46 @@ static int l_has_device_clock(lua_State *L) { lua_pushboolean(L, fl_prof_has_dev
 static int l_device_on(lua_State *L) { lua_pushboolean(L, (fl_prof_flags() & FL_PROF_DEVICE) != 0); return 1; }
 static int l_resolve_device(lua_State *L) { lua_pushinteger(L, (lua_Integer)fl_prof_resolve_device()); return 1; }
 
-/* push(name [, "range"|"module" [, note]]) -> token (0 while not recording) */
+/* push(name [, "range"|"module"|"op" [, note]]) -> token (0 while not recording). "op": an op that Lua composes of
+ * others (fp8.addmm, conv_transpose2d, an in-place method), named as torch names it; the ops inside it count no FLOPs
+ * (with_flops), as torch counts its one op: set_flops gives the op its own count where torch has one. */
 static int l_push(lua_State *L) {
-    static const char *const kinds[] = { "range", "module", NULL };
+    static const char *const kinds[] = { "range", "module", "op", NULL };
+    static const fl_prof_kind kv[] = { FL_PROF_RANGE, FL_PROF_MODULE, FL_PROF_OP };
     const char *name = luaL_checkstring(L, 1);
     int k = luaL_checkoption(L, 2, "range", kinds);
     const char *note = luaL_optstring(L, 3, NULL);
-    uint64_t tok = fl_prof_begin(name, k == 0 ? FL_PROF_RANGE : FL_PROF_MODULE, note);
+    uint64_t tok = fl_prof_begin(name, kv[k], note);
+    if (tok && kv[k] == FL_PROF_OP) fl_prof_hide_inner_flops(tok);
     lua_pushinteger(L, (lua_Integer)tok);
     return 1;
+}
+
+/* set_flops(token, n): with_flops, the count of an "op" push's event (torch's for that op); token 0: nothing */
+static int l_set_flops(lua_State *L) {
+    lua_Integer tok = luaL_checkinteger(L, 1);
+    lua_Number n = luaL_checknumber(L, 2);
+    luaL_argcheck(L, n >= 0, 2, "expected a count >= 0");
+    if (tok) fl_prof_set_flops((uint64_t)tok, (double)n);
+    return 0;
 }
 
 /* pop(token): closes that range (and anything opened after it on this thread); 0 is a no-op. */
 static int l_pop(lua_State *L) {
     fl_prof_end((uint64_t)luaL_checkinteger(L, 1));
+    return 0;
+}
+
+/* set_shapes(token, n, v1, ..., vn): record_shapes, the input shapes of an "op" push's event as torch lists its
+ * inputs: each v a tensor (its shape) or anything else (a scalar or None: "[]"); token 0: nothing */
+static int l_set_shapes(lua_State *L) {
+    lua_Integer tok = luaL_checkinteger(L, 1);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, n >= 0 && n <= 16, 2, "expected 0 to 16 inputs");
+    if (!tok || !(fl_prof_flags() & FL_PROF_RECORD_SHAPES)) return 0;
+    const fl_tensor *ts[16];
+    for (int i = 0; i < (int)n; i++) ts[i] = fl_ltotensor(L, 3 + i);
+    fl_prof_set_shapes((uint64_t)tok, (int)n, ts);
     return 0;
 }
 
@@ -102,7 +128,7 @@ static const luaL_Reg funcs[] = {
     {"start", l_start},
     {"stop", l_stop},
     {"enabled", l_enabled},
-    {"push", l_push},
+    {"push", l_push}, {"set_flops", l_set_flops}, {"set_shapes", l_set_shapes},
     {"pop", l_pop},
     {"end_all", l_end_all},
     {"index", l_index},

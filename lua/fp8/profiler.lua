@@ -474,6 +474,20 @@ local function fmt_rate(f, us)
   return ("%.0f"):format(r)
 end
 
+-- torch's "Total <unit>FLOPs" column (torch/autograd/profiler_util.py, _build_table's auto_scale_flops): the unit
+-- from the smallest positive count among all the rows (not only those shown): FLOPs, KFLOPs, ... PFLOPs by its
+-- thousands; nil when no row has one (torch leaves the column out then)
+local FLOP_UNITS = { "FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs" }
+local function flops_unit(rows)
+  local min
+  for _, r in ipairs(rows) do
+    if r.flops > 0 and (min == nil or r.flops < min) then min = r.flops end
+  end
+  if not min then return nil end
+  local k = math.floor(math.max(0, math.min(math.log(min, 10) / 3, #FLOP_UNITS - 1)))
+  return "Total " .. FLOP_UNITS[k + 1], 10.0 ^ (-3 * k)
+end
+
 -- table{sort_by="cpu_time_total", row_limit=100, max_name_column_width=55} → the text table.
 function Averages:table(opts)
   opts = opts or {}
@@ -511,6 +525,9 @@ function Averages:table(opts)
     for _, r in ipairs(rows) do dev_total = dev_total + r.self_device_time_total_ns end
     heads[#heads + 1] = "Device Total (ms)"; heads[#heads + 1] = "Device Self (ms)"; heads[#heads + 1] = "Device Self %"
   end
+  local flops_head, flops_scale = nil, 1
+  if self.with_flops then flops_head, flops_scale = flops_unit(rows) end
+  if flops_head then heads[#heads + 1] = flops_head end
   if self.with_flops then heads[#heads + 1] = "FLOP/s" end
   if self.profile_memory then heads[#heads + 1] = "CPU Mem"; heads[#heads + 1] = "Self CPU Mem" end
   local shapes = false
@@ -529,7 +546,8 @@ function Averages:table(opts)
       c[#c + 1] = ("%.3f"):format(r.self_device_time_total / 1000)
       c[#c + 1] = ("%.2f%%"):format(dev_total > 0 and 100 * r.self_device_time_total_ns / dev_total or 0)
     end
-    -- FLOP/s over device time where the work ran on the device
+    -- torch's count ("--" for none, as torch's), then FLOP/s over device time where the work ran on the device
+    if flops_head then c[#c + 1] = r.flops > 0 and ("%.3f"):format(r.flops * flops_scale) or "--" end
     if self.with_flops then c[#c + 1] = fmt_rate(r.flops, self.with_device and r.device_time_total > 0 and r.device_time_total or r.cpu_time_total) end
     if self.profile_memory then c[#c + 1] = fmt_bytes(r.cpu_memory_usage); c[#c + 1] = fmt_bytes(r.self_cpu_memory_usage) end
     if shapes then c[#c + 1] = r.input_shapes or "" end
@@ -691,7 +709,8 @@ if okh and help.add then
     .. "methods and fields: help(\"prof:start\"), help(\"prof:events\").")
   add("prof:key_averages", "prof:key_averages([{group_by_input_shape=true}]) -> rows; rows:table{sort_by=, row_limit=}",
     "One row per op name, sorted by total time: calls, total and self time (self = total minus children),\n"
-    .. "average, FLOP/s (with_flops), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"
+    .. "average, FLOPs (with_flops: torch's counts, a \"Total MFLOPs\" column named by magnitude as torch's, and\n"
+    .. "FLOP/s), CPU memory (profile_memory), device total/self time (activities \"cuda\").\n"
     .. "tostring() prints the table; sort_by is cpu_time_total, self_cpu_time_total, cpu_time,\n"
     .. "device_time_total, self_device_time_total, device_time, count, flops, cpu_memory_usage,\n"
     .. "self_cpu_memory_usage or name.")

@@ -9,6 +9,8 @@
 local core = require "fp8.core"
 local T = require "fp8.tensor"
 local opts = require "fp8.opts"
+local P = require "fp8._profiler"
+local prof_push, prof_pop = P.push, P.pop
 local Tensor = core.Tensor
 local no_more, got = opts.no_more, opts.got
 local check_self, check_live = T._check_self, T._check_live
@@ -44,9 +46,13 @@ local function operand(name, what, v)
   return v
 end
 
--- the new values, computed by f, with a core error renamed to the method
+-- the new values, computed by f, with a core error renamed to the method; the profiler records the method as one op
+-- of its name, as torch records aten::add_ (the out-of-place ops computing it inside count no FLOPs: torch counts none
+-- for an in-place op)
 local function compute(name, f, ...)
+  local tok = prof_push(name, "op")
   local r = table.pack(pcall(f, ...))
+  prof_pop(tok)
   if r[1] then return r[2] end
   local msg = tostring(r[2]):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^[%w_]+: ", "")
   error(("%s: %s"):format(name, msg), 3)

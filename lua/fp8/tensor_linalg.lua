@@ -8,6 +8,9 @@ local Tensor = core.Tensor
 local no_more, got = opts.no_more, opts.got
 local norm_dim = T._norm_dim
 local at_caller = T._at_caller   -- every method below raises its errors at the user's line
+-- dot, addmm and baddbmm are one op each in the profiler, as torch's aten::dot (no FLOPs), aten::addmm and
+-- aten::baddbmm (2·M·N·K per product, the sum with the input not counted): the matmul, mul and add inside count none
+local prof_op = require "fp8.prof_op"
 
 local self_of, operand = T._check_arith_self, T._check_operand
 
@@ -19,7 +22,7 @@ Tensor.dot = at_caller(function(t, y, ...)
   if t:dim() ~= 1 or y:dim() ~= 1 or t:size(1) ~= y:size(1) then
     error(("dot: expected two 1-d tensors of one size, got %s and %s"):format(t:shape_str(), y:shape_str()))
   end
-  return (t * y):sum()
+  return prof_op("dot", nil, table.pack(t, y), function() return (t * y):sum() end)
 end)
 
 -- beta and alpha of addmm and baddbmm: torch's keywords, here {beta=, alpha=}
@@ -59,7 +62,9 @@ Tensor.addmm = at_caller(function(t, m1, m2, o, ...)
   if m1:dim() ~= 2 or m2:dim() ~= 2 or m1:size(2) ~= m2:size(1) then
     error(("addmm: expected mat1 [n, k] and mat2 [k, m], got %s and %s"):format(m1:shape_str(), m2:shape_str()))
   end
-  return T._low_in_fp32(function(x, a, b) return combine("addmm", x, a:matmul(b), beta, alpha) end, t, m1, m2)
+  return prof_op("addmm", 2 * m1:size(1) * m1:size(2) * m2:size(2), table.pack(t, m1, m2, beta, alpha),
+    T._low_in_fp32,
+    function(x, a, b) return combine("addmm", x, a:matmul(b), beta, alpha) end, t, m1, m2)
 end)
 
 -- baddbmm(batch1, batch2 [, {beta=1, alpha=1}]): beta·x + alpha·(batch1 @ batch2), [b, n, k] @ [b, k, m]
@@ -72,7 +77,9 @@ Tensor.baddbmm = at_caller(function(t, b1, b2, o, ...)
     error(("baddbmm: expected batch1 [b, n, k] and batch2 [b, k, m], got %s and %s"):format(b1:shape_str(),
       b2:shape_str()))
   end
-  return T._low_in_fp32(function(x, a, b) return combine("baddbmm", x, a:matmul(b), beta, alpha) end, t, b1, b2)
+  return prof_op("baddbmm", 2 * b1:size(1) * b1:size(2) * b1:size(3) * b2:size(3),
+    table.pack(t, b1, b2, beta, alpha), T._low_in_fp32,
+    function(x, a, b) return combine("baddbmm", x, a:matmul(b), beta, alpha) end, t, b1, b2)
 end)
 
 -- diagonal([offset=0 [, dim1=1 [, dim2=2]]]) (or {offset=, dim1=, dim2=}): the elements x[..i.., ..i+offset..] of

@@ -97,6 +97,8 @@ local function conv_padding(fname, padding, k, s, d)
   return { p[1], p[1], p[2], p[2] }
 end
 
+local prof_op = require "fp8.prof_op"
+
 local function conv2d(fname, x, w, b, opts)
   local xb, unb = batched(fname, x, 4)
   if not fp8.is_tensor(w) or w:dim() ~= 4 then
@@ -201,7 +203,12 @@ end
 local function impl_conv2d(x, w, b, opts, ...)
   O.no_more("conv2d", "(input, weight [, bias] [, {stride=, padding=, dilation=, groups=}])", ...)
   if type(b) == "table" and not fp8.is_tensor(b) and opts == nil then b, opts = nil, b end
-  return conv2d("conv2d", x, w, b, opts_of("conv2d", opts, { "stride", "padding", "dilation", "groups" }))
+  opts = opts_of("conv2d", opts, { "stride", "padding", "dilation", "groups" })
+  -- one op in the profiler, torch's aten::conv2d, whichever route computes it (oneDNN's, the columns' GEMMs, the
+  -- depthwise kernel, the composite): with_flops, torch's count 2·N·OC·OH·OW·(C/groups)·kh·kw on it (the bias not
+  -- counted) and none on the ops inside
+  return prof_op("conv2d", function(out) return 2 * out:numel() * w:size(2) * w:size(3) * w:size(4) end,
+    table.pack(x, w, b, opts.stride, opts.padding, opts.dilation, opts.groups), conv2d, "conv2d", x, w, b, opts)
 end
 
 -- conv1d(input[N, C, L], weight[OC, C/groups, k] [, bias] [, {stride=1, padding=0, dilation=1, groups=1}]): conv2d
@@ -219,7 +226,9 @@ local function impl_conv1d(x, w, b, opts, ...)
   local o2 = { stride = { 1, one_d("conv1d: stride", opts.stride, 1, 1) }, groups = opts.groups,
     dilation = { 1, one_d("conv1d: dilation", opts.dilation, 1, 1) },
     padding = type(p) == "string" and p or { 0, p } }
-  local out = conv2d("conv1d", xb:unsqueeze(3), w:unsqueeze(3), b, o2):squeeze(3)
+  -- one op in the profiler, torch's aten::conv1d, which torch counts no FLOPs for (with_flops: none inside either)
+  local out = prof_op("conv1d", nil, table.pack(x, w, b, opts.stride, opts.padding, opts.dilation, opts.groups),
+    conv2d, "conv1d", xb:unsqueeze(3), w:unsqueeze(3), b, o2):squeeze(3)
   return unb and out:squeeze(1) or out
 end
 

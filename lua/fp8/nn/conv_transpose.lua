@@ -10,6 +10,7 @@ local fp8 = require "fp8.core"   -- the C half only, so loading never recurses i
 local O = require "fp8.opts"
 local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
+local prof_op = require "fp8.prof_op"
 local init = require "fp8.nn.init_fns"
 local G = require "fp8.nn.conv_geometry"
 local pair, one_d, batched, opts_of = G.pair, G.one_d, G.batched, G.opts_of
@@ -101,7 +102,10 @@ local function conv_transpose(fname, dims, x, w, b, opts)
         fp8.is_tensor(w) and w:shape_str() or O.got(w)), 0)
     end
   end
-  local out = transpose2d(fname, xb, w, b, s, p, op, d, opts.groups or 1)
+  -- one op in the profiler, torch's aten::conv_transpose2d (1d), which torch counts no FLOPs for: with_flops, the
+  -- GEMM and fold inside count none either
+  local out = prof_op(fname, nil, table.pack(x, w, b, s, p, op, opts.groups, d), transpose2d, fname, xb, w, b, s, p,
+    op, d, opts.groups or 1)
   if dims == 1 then out = out:squeeze(3) end
   return unb and out:squeeze(1) or out
 end

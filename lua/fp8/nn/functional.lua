@@ -2,6 +2,7 @@
 -- (lua/l_nn.c), re-exported with argument checks whose messages name the function and the problem.
 local O = require "fp8.opts"
 local fp8 = require "fp8.core"   -- the C half only, so loading never recurses into fp8/init.lua
+local prof_op = require "fp8.prof_op"   -- (fp8._profiler: the C recorder; no recursion either)
 
 local F = {}
 
@@ -1367,7 +1368,9 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
       end
     end
   end
-  return in_dtype(at_caller(pcall(sdpa_written_out, q, k, v, opts)))
+  -- one op in the profiler, as torch's aten::scaled_dot_product_attention (its fused kernel on every mask, dropout and
+  -- shape here), which torch counts no FLOPs for: with_flops, the matmuls and elementwise ops inside count none
+  return in_dtype(at_caller(pcall(prof_op, N, nil, table.pack(q, k, v, mask, dp, opts.is_causal, opts.scale, gqa), sdpa_written_out, q, k, v, opts)))
 end
 
 -- qkv_attention(qkv [B, T, 3C], n_head [, {is_causal=, scale=}]) → [B, T, C]: the attention of the packed

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""gen_profflops.py — writes tests/data/profflops_torch.lua: torch.profiler's FLOP counts (with_flops=True, PyTorch
+2.x on the CPU) for the programs tests/spec/profflops_spec.lua runs in fp8lab: elementwise add and mul (torch counts
+the first input's elements), the other elementwise ops (none), in-place ops (none), mm, bmm and matmul's other forms
+(dot and mv: none), addmm, baddbmm, linear, conv2d (forward only: its backward counts none), conv1d and
+conv_transpose2d (none), scaled_dot_product_attention (none), the backward of each, and an MLP's training step. For
+each program and dtype: the window's total, the key_averages() rows that carry FLOPs ({key, count, flops}), those rows
+grouped by input shape ({key, shapes, flops}), and the table's FLOPs column (its title and each counted row's cell).
+Run from the repository root with a PyTorch 2.x:
+    /opt/torch2/bin/python3 scripts/gen_profflops.py"""
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from torch_fixture import write
+
+warnings.filterwarnings("ignore")
+
+
+def r(*shape, grad=False, dt=torch.float32):
+    t = torch.randn(*shape).to(dt)
+    return t.requires_grad_() if grad else t
+
+
+def programs(dt):
+    """name -> (setup) a function returning the program to profile; each builds its inputs outside the window"""
+    P = {}
+
+    def prog(name):
+        def deco(f):
+            P[name] = f
+            return f
+        return deco
+
+    @prog("mul")
+    def _():
+        a, b = r(4, 8, dt=dt), r(4, 8, dt=dt)
+        return lambda: a * b
+
+    @prog("mul_broadcast_first_smaller")
+    def _():
+        v, a = r(8, dt=dt), r(4, 8, dt=dt)
+        return lambda: v * a
+
+    @prog("mul_scalar")
+    def _():
+        a = r(4, 8, dt=dt)
+        return lambda: (a * 2, 3 * a)
+
+    @prog("add")
+    def _():
+        a, b, v = r(4, 8, dt=dt), r(4, 8, dt=dt), r(8, dt=dt)
+        return lambda: (a + b, v + a, a + v)
+
+    @prog("add_scalar")
+    def _():
+        a = r(4, 8, dt=dt)
+        return lambda: (a + 1, 1 + a)
+
+    @prog("scalar_div")
+    def _():
+        a = r(4, 8, dt=dt)
+        return lambda: (2 / a, a / 2)
+
+    @prog("other_elementwise")
+    def _():
+        a, b = r(4, 8, dt=dt), r(4, 8, dt=dt)
+        return lambda: (a - b, a / b, torch.maximum(a, b), a - 1, a.exp(), torch.tanh(a))
+
+    @prog("inplace")
+    def _():
+        a, b = r(4, 8, dt=dt), r(4, 8, dt=dt)
+        return lambda: a.add_(b).mul_(b).add_(1).mul_(0.5)
+
+    @prog("mm")
+    def _():
+        a, b = r(4, 8, dt=dt), r(8, 6, dt=dt)
+        return lambda: a @ b
+
+    @prog("mm_large")
+    def _():
+        a, b = r(40, 80, dt=dt), r(80, 600, dt=dt)
+        return lambda: a @ b
+
+    @prog("bmm")
+    def _():
+        a, b = r(5, 4, 8, dt=dt), r(5, 8, 6, dt=dt)
+        return lambda: a @ b
+
+    @prog("matmul_forms")
+    def _():
+        x4, y2 = r(2, 3, 4, 5, dt=dt), r(5, 6, dt=dt)
+        v5, m45, b345, b356 = r(5, dt=dt), r(4, 5, dt=dt), r(3, 4, 5, dt=dt), r(3, 5, 6, dt=dt)
+        return lambda: (x4 @ y2, v5 @ y2, v5 @ b356, m45 @ b356, r(2, 1, 4, 5, dt=dt) @ b356)
+
+    @prog("matmul_vector")
+    def _():
+        v5, m45, b345 = r(5, dt=dt), r(4, 5, dt=dt), r(3, 4, 5, dt=dt)
+        return lambda: (v5 @ v5, m45 @ v5, b345 @ v5, v5.dot(v5))
+
+    @prog("addmm")
+    def _():
+        c, a, b = r(4, 6, dt=dt), r(4, 8, dt=dt), r(8, 6, dt=dt)
+        return lambda: (torch.addmm(c, a, b), torch.addmm(c, a, b, beta=0.5, alpha=2))
+
+    @prog("baddbmm")
+    def _():
+        c, a, b = r(5, 4, 6, dt=dt), r(5, 4, 8, dt=dt), r(5, 8, 6, dt=dt)
+        return lambda: torch.baddbmm(c, a, b)
+
+    @prog("linear")
+    def _():
+        x2, x3, w, b = r(4, 8, dt=dt), r(5, 4, 8, dt=dt), r(6, 8, dt=dt), r(6, dt=dt)
+        return lambda: (F.linear(x2, w, b), F.linear(x3, w, b), F.linear(x2, w))
+
+    @prog("conv2d")
+    def _():
+        x, w, b = r(2, 3, 8, 8, dt=dt), r(4, 3, 3, 3, dt=dt), r(4, dt=dt)
+        xd, wd = r(1, 6, 10, 10, dt=dt), r(6, 1, 3, 3, dt=dt)
+        x1, w1 = r(3, 5, 6, 6, dt=dt), r(7, 5, 1, 1, dt=dt)
+        return lambda: (F.conv2d(x, w, b, padding=1), F.conv2d(xd, wd, padding=1, groups=6), F.conv2d(x1, w1))
+
+    @prog("conv_others")
+    def _():
+        x1, w1 = r(2, 3, 8, dt=dt), r(4, 3, 3, dt=dt)
+        xt, wt = r(2, 3, 8, 8, dt=dt), r(3, 4, 3, 3, dt=dt)
+        return lambda: (F.conv1d(x1, w1), F.conv_transpose2d(xt, wt, stride=2), F.conv_transpose1d(x1, w1.transpose(0, 1).contiguous()))
+
+    @prog("sdpa")
+    def _():
+        q, k, v = r(2, 2, 4, 8, dt=dt), r(2, 2, 4, 8, dt=dt), r(2, 2, 4, 8, dt=dt)
+        k6, v6 = r(2, 2, 6, 8, dt=dt), r(2, 2, 6, 8, dt=dt)
+        mask = torch.zeros(4, 6, dtype=dt)
+        mask[:, 5] = -float("inf")
+        return lambda: (F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                        F.scaled_dot_product_attention(q, k6, v6, attn_mask=mask))
+
+    @prog("mm_backward")
+    def _():
+        a, b = r(4, 8, grad=True, dt=dt), r(8, 6, grad=True, dt=dt)
+        x, y = r(3, 4, 5, grad=True, dt=dt), r(5, 6, grad=True, dt=dt)
+        return lambda: ((a @ b).sum() + (x @ y).sum()).backward()
+
+    @prog("mul_backward")
+    def _():
+        # (each leaf used once: torch's engine sums two gradients of one tensor out of place, aten::add, or in place,
+        # aten::add_, by rules of its own)
+        x, v, x2, v2, x3 = (r(4, 8, grad=True, dt=dt), r(8, grad=True, dt=dt), r(4, 8, grad=True, dt=dt),
+                            r(8, grad=True, dt=dt), r(4, 8, grad=True, dt=dt))
+        return lambda: ((x * v).sum() + (v2 * x2).sum() + (x3 * 3).sum()).backward()
+
+    @prog("linear_backward")
+    def _():
+        x, w, b = r(4, 8, grad=True, dt=dt), r(6, 8, grad=True, dt=dt), r(6, grad=True, dt=dt)
+        return lambda: F.linear(x, w, b).sum().backward()
+
+    @prog("conv2d_backward")
+    def _():
+        x, w = r(2, 3, 8, 8, grad=True, dt=dt), r(4, 3, 3, 3, grad=True, dt=dt)
+        return lambda: F.conv2d(x, w).sum().backward()
+
+    @prog("sdpa_backward")
+    def _():
+        q, k, v = r(2, 2, 4, 8, grad=True, dt=dt), r(2, 2, 4, 8, grad=True, dt=dt), r(2, 2, 4, 8, grad=True, dt=dt)
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+
+    @prog("mlp_step")
+    def _():
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                    torch.nn.Linear(32, 16)).to(dt)   # (dims of 16s: fp8lab's FP8 GEMMs' rule)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x, y = r(16, 16, dt=dt), r(16, 16, dt=dt)
+
+        def step():
+            for _ in range(2):
+                loss = F.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+        return step
+
+    return P
+
+
+def run(fn):
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as p:
+        fn()
+    avg = p.key_averages()
+    rows = sorted((e.key, e.count, int(e.flops)) for e in avg if e.flops > 0)
+    shaped = sorted((e.key, str(e.input_shapes), int(e.flops)) for e in p.key_averages(group_by_input_shape=True)
+                    if e.flops > 0)
+    total = sum(int(e.flops) for e in avg)
+    # the table's FLOPs column: its title and each counted row's cell, as torch prints them
+    lines = avg.table(sort_by="flops", row_limit=-1).splitlines()
+    head = lines[1]
+    title = [w for w in head.split("  ") if w.strip().startswith("Total ") and "FLOPs" in w]
+    cells = {}
+    for line in lines[3:]:
+        parts = [c.strip() for c in line.split("  ") if c.strip()]
+        if len(parts) > 2 and any(k == parts[0] for k, _, _ in rows):
+            cells[parts[0]] = parts[-1]
+    return total, rows, shaped, title[0].strip() if title else None, cells
+
+
+def lua_str(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def main():
+    out = []
+    for dt, dname in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for name, setup in programs(dt).items():
+            torch.manual_seed(0)
+            total, rows, shaped, title, cells = run(setup())
+            out.append("{program = %s, dtype = %s, total = %d, rows = {%s}, shaped = {%s}, title = %s, cells = {%s}}" % (
+                lua_str(name), lua_str(dname), total,
+                ", ".join("{%s, %d, %d}" % (lua_str(k), c, f) for k, c, f in rows),
+                ", ".join("{%s, %s, %d}" % (lua_str(k), lua_str(s), f) for k, s, f in shaped),
+                "nil" if title is None else lua_str(title),
+                ", ".join("[%s] = %s" % (lua_str(k), lua_str(v)) for k, v in sorted(cells.items()))))
+    write("tests/data/profflops_torch.lua", "scripts/gen_profflops.py", torch.__version__, {
+        # each: the program (tests/spec/profflops_spec.lua runs it in fp8lab), the dtype, the window's FLOPs, the
+        # key_averages() rows with FLOPs as {key, count, flops}, those grouped by input shape as {key, shapes, flops},
+        # the table's FLOPs column title (nil: no column) and its cell of each counted row
+        "programs": "{\n    " + ",\n    ".join(out) + "}",
+    })
+
+
+if __name__ == "__main__":
+    main()
