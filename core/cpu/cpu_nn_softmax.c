@@ -397,6 +397,35 @@ static inline __attribute__((always_inline)) void cols_bwd(bool log_, const floa
     }
 }
 
+#ifdef __x86_64__
+/* cols_fwd_packed's exponential pass on 16 columns at a time in expf16 (fl_nn_expf's operations: its bits, which the
+ * rows' AVX-512 kernels rest on too), the lanes as the loop below adds them: e into lane[l] (softmax, and into buf),
+ * or (double)e into dlane[l] (log-softmax), l = i mod 8 for the column's whole eights, else 0 */
+FL_CPU_AVX512 static void cols_exp16(bool log_, float *buf, int64_t size, int64_t w, const float *m,
+                                     float (*lane)[COL_MAX], double (*dlane)[COL_MAX]) {
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int64_t i = 0; i < size; i++) {
+        float *br = buf + i * w;
+        const int l = i < n8 ? (int)(i & 7) : 0;
+        for (int64_t c = 0; c < w; c += 16) {
+            const __mmask16 mk = fl_avx512_lanes(w - c);
+            const __m512 e = expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, br + c), _mm512_maskz_loadu_ps(mk, m + c)));
+            if (log_) {
+                const __mmask8 lo = (__mmask8)mk, hi = (__mmask8)(mk >> 8);
+                double *d = dlane[l] + c;
+                _mm512_mask_storeu_pd(d, lo, _mm512_add_pd(_mm512_maskz_loadu_pd(lo, d),
+                                                            _mm512_cvtps_pd(_mm512_castps512_ps256(e))));
+                _mm512_mask_storeu_pd(d + 8, hi, _mm512_add_pd(_mm512_maskz_loadu_pd(hi, d + 8),
+                                                                _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1))));
+            } else {
+                _mm512_mask_storeu_ps(br + c, mk, e);
+                _mm512_mask_storeu_ps(lane[l] + c, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, lane[l] + c), e));
+            }
+        }
+    }
+}
+#endif
+
 /* cols_fwd on a tile whose rows it first copies into buf [size][w], contiguous: the same operations on the same
  * values in the same order, so the same bits. Where a tile's rows lie a page or more apart (inner ≥ 1024 floats),
  * every row puts its w columns in the same few sets of L2 (the offset within a page picks the set: 32 sets of 2048
@@ -406,7 +435,8 @@ static inline __attribute__((always_inline)) void cols_bwd(bool log_, const floa
  * second exp of x − m: the same float). stream: y's rows are whole 64-byte lines, stored past the caches (no read
  * of each line before its write; with them cached, the output pass took 40% of the samples). */
 static inline __attribute__((always_inline)) void cols_fwd_packed(bool log_, const float *x, float *y, int64_t size,
-                                                                  int64_t st, int64_t w, float *buf, bool stream) {
+                                                                  int64_t st, int64_t w, float *buf, bool stream,
+                                                                  bool wide) {
     float m[COL_MAX], a[COL_MAX], lane[8][COL_MAX];
     double dlane[8][COL_MAX];
     const int64_t n8 = size & ~(int64_t)7;
@@ -420,6 +450,9 @@ static inline __attribute__((always_inline)) void cols_fwd_packed(bool log_, con
     }
     if (log_) {
         for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
+#ifdef __x86_64__
+        if (wide) cols_exp16(true, buf, size, w, m, lane, dlane); else
+#endif
         for (int64_t i = 0; i < size; i++) {
             const float *br = buf + i * w;
             double *ln = dlane[i < n8 ? (i & 7) : 0];
@@ -451,6 +484,9 @@ static inline __attribute__((always_inline)) void cols_fwd_packed(bool log_, con
         return;
     }
     for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) lane[l][c] = 0.0f;
+#ifdef __x86_64__
+    if (wide) cols_exp16(false, buf, size, w, m, lane, dlane); else
+#endif
     for (int64_t i = 0; i < size; i++) {
         float *br = buf + i * w;
         float *ln = lane[i < n8 ? (i & 7) : 0];
@@ -480,11 +516,32 @@ static inline __attribute__((always_inline)) void cols_fwd_packed(bool log_, con
 #endif
 }
 
+#ifdef __x86_64__
+/* cols_bwd_packed's log-softmax output pass, dx = dy − exp(y)·s, 16 columns at a time in expf16 (fl_nn_expf's bits);
+ * stream as cols_fwd_packed's */
+FL_CPU_AVX512 static void cols_logbwd_out16(const float *y, const float *gb, float *dx, int64_t size, int64_t st,
+                                            int64_t w, const float *s, bool stream) {
+    for (int64_t i = 0; i < size; i++) {
+        const float *yr = y + i * st, *gbr = gb + i * w;
+        float *dr = dx + i * st;
+        if (i + COL_AHEAD < size) col_ahead(yr + COL_AHEAD * st, w);
+        for (int64_t c = 0; c < w; c += 16) {
+            const __mmask16 mk = fl_avx512_lanes(w - c);
+            const __m512 e = expf16(_mm512_maskz_loadu_ps(mk, yr + c));
+            const __m512 es = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(mk, s + c));
+            const __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, gbr + c), es);
+            if (stream) _mm512_stream_ps(dr + c, v); else _mm512_mask_storeu_ps(dr + c, mk, v);
+        }
+    }
+    if (stream) _mm_sfence();
+}
+#endif
+
 /* cols_bwd with the sums' inputs copied into buf as the sums read them (softmax: y then dy, [size][w] each;
  * log-softmax: dy), the output pass reading them from there; the same operations, the same bits */
 static inline __attribute__((always_inline)) void cols_bwd_packed(bool log_, const float *y, const float *g, float *dx,
                                                                   int64_t size, int64_t st, int64_t w, float *buf,
-                                                                  bool stream) {
+                                                                  bool stream, bool wide) {
     float s[COL_MAX], lane[8][COL_MAX];
     float *yb = buf, *gb = log_ ? buf : buf + size * w;
     const int64_t n8 = size & ~(int64_t)7;
@@ -510,6 +567,9 @@ static inline __attribute__((always_inline)) void cols_bwd_packed(bool log_, con
         for (int l = 0; l < 8; l++) t += lane[l][c];
         s[c] = t;
     }
+#ifdef __x86_64__
+    if (log_ && wide) { cols_logbwd_out16(y, gb, dx, size, st, w, s, stream); return; }
+#endif
     for (int64_t i = 0; i < size; i++) {
         const float *gbr = gb + i * w;
         float *dr = dx + i * st;
@@ -540,20 +600,22 @@ static inline __attribute__((always_inline)) void cols_bwd_packed(bool log_, con
 
 static void cols_fwd256(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w, float *buf,
                         bool stream) {
-    if (buf) cols_fwd_packed(log_, x, y, size, st, w, buf, stream); else cols_fwd(log_, x, y, size, st, w);
+    if (buf) cols_fwd_packed(log_, x, y, size, st, w, buf, stream, false); else cols_fwd(log_, x, y, size, st, w);
 }
 static void cols_bwd256(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st, int64_t w,
                         float *buf, bool stream) {
-    if (buf) cols_bwd_packed(log_, y, g, dx, size, st, w, buf, stream); else cols_bwd(log_, y, g, dx, size, st, w);
+    if (buf) cols_bwd_packed(log_, y, g, dx, size, st, w, buf, stream, false);
+    else cols_bwd(log_, y, g, dx, size, st, w);
 }
 #ifdef __x86_64__
 FL_CPU_AVX512 static void cols_fwd512(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w,
                                       float *buf, bool stream) {
-    if (buf) cols_fwd_packed(log_, x, y, size, st, w, buf, stream); else cols_fwd(log_, x, y, size, st, w);
+    if (buf) cols_fwd_packed(log_, x, y, size, st, w, buf, stream, true); else cols_fwd(log_, x, y, size, st, w);
 }
 FL_CPU_AVX512 static void cols_bwd512(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st,
                                       int64_t w, float *buf, bool stream) {
-    if (buf) cols_bwd_packed(log_, y, g, dx, size, st, w, buf, stream); else cols_bwd(log_, y, g, dx, size, st, w);
+    if (buf) cols_bwd_packed(log_, y, g, dx, size, st, w, buf, stream, true);
+    else cols_bwd(log_, y, g, dx, size, st, w);
 }
 #else
 #define cols_fwd512 cols_fwd256
