@@ -639,26 +639,35 @@ FL_CPU_AVX512 static void cols_bwd512(bool log_, const float *y, const float *g,
 
 /* Tiles are copied into a buffer of each thread's (cols_fwd_packed, cols_bwd_packed) where their rows lie PACK_INNER
  * floats apart or more (a tile's row a 256-byte line or more of its own: one thread, x [64, 4096, 64] along dim 2
- * 27.5 → 21 ms forward, [16, 1024, 256] 6.3 → 5.2, [4096, 1024] along dim 1 11.7 → 6.6); the buffer's allocation
- * failing falls back on the tile in place (the same bits). */
+ * 27.5 → 21 ms forward, [16, 1024, 256] 6.3 → 5.2, [4096, 1024] along dim 1 11.7 → 6.6) and the buffer is at most
+ * PACK_MAX_BYTES (a dim of up to 16384 for the softmax's backward, which copies y and dy; a longer one's tile would not
+ * stay in L2 either way); the buffer's allocation failing falls back on the tile in place (the same bits). */
 #define PACK_INNER 64
+#define PACK_MAX_BYTES (8 << 20)
 
 /* The tiles (o, columns [c0, c0 + w)) split among threads; each column's result is its own, so no bit depends on
  * the thread count. nbuf: the arrays a packed tile copies (0: none). */
 static void dim_tiles(bool bwd, bool log_, const float *x, const float *g, float *y, int64_t outer, int64_t size,
                       int64_t inner, int nbuf) {
-    const bool wide = fl_cpu_avx512(), pack = inner >= PACK_INNER && nbuf > 0;
-    const int64_t w = col_width(size * (pack ? nbuf : 1)), per = (inner + w - 1) / w, tiles = outer * per;
+    const bool wide = fl_cpu_avx512();
+    const int64_t wp = col_width(size * (nbuf > 0 ? nbuf : 1));
+    const bool pack = inner >= PACK_INNER && nbuf > 0 && (double)(nbuf * wp) * (double)size * 4.0 <= PACK_MAX_BYTES;
+    const int64_t w = pack ? wp : col_width(size), per = (inner + w - 1) / w, tiles = outer * per;
     /* the result's rows whole 64-byte lines: streamed past the caches where it is larger than they are */
     const bool stream = pack && (double)outer * (double)size * (double)inner * 4.0 > STREAM_MIN_BYTES && inner % 16 == 0
                         && ((uintptr_t)y & 63) == 0;
     #pragma omp parallel if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN)
     {
-        float *buf = pack ? aligned_alloc(64, ((size_t)(nbuf * size * w) * sizeof(float) + 63) / 64 * 64) : NULL;
+        float *buf = NULL;
+        bool asked = false;
         #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; t++) {
             const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
             const int64_t at = o * size * inner + c0;
+            if (pack && !asked) {   /* (a thread with no tile asks for none) */
+                buf = aligned_alloc(64, ((size_t)(nbuf * size * w) * sizeof(float) + 63) / 64 * 64);
+                asked = true;
+            }
             if (bwd) {
                 if (wide) cols_bwd512(log_, x + at, g + at, y + at, size, inner, wc, buf, stream);
                 else cols_bwd256(log_, x + at, g + at, y + at, size, inner, wc, buf, stream);
