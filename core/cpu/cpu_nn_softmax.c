@@ -308,7 +308,7 @@ void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t 
  * 0 + lane 0 + ... + lane 7; lanes in double for log-softmax), then y = e·(1/s) or (x − m) − (float)log s. The
  * backward's sums (row_dot's) the same way. The first pass asks for the tile's rows COL_AHEAD ahead: a row of the
  * tile starts a page of its own once inner·4 reaches 4 KB, where the hardware's prefetchers stop. Tiles whose rows
- * are 64 floats apart or more are first copied into a buffer (cols_fwd_packed below, since stop 100). */
+ * are 16 floats apart or more are first copied into a buffer (cols_fwd_packed below, since stop 100). */
 #define COL_MAX 256
 #define COL_MIN 64
 #define COL_TILE_BYTES (1 << 20)
@@ -638,11 +638,13 @@ FL_CPU_AVX512 static void cols_bwd512(bool log_, const float *y, const float *g,
 #endif
 
 /* Tiles are copied into a buffer of each thread's (cols_fwd_packed, cols_bwd_packed) where their rows lie PACK_INNER
- * floats apart or more (a tile's row a 256-byte line or more of its own: one thread, x [64, 4096, 64] along dim 2
- * 27.5 → 21 ms forward, [16, 1024, 256] 6.3 → 5.2, [4096, 1024] along dim 1 11.7 → 6.6) and the buffer is at most
- * PACK_MAX_BYTES (a dim of up to 16384 for the softmax's backward, which copies y and dy; a longer one's tile would not
- * stay in L2 either way); the buffer's allocation failing falls back on the tile in place (the same bits). */
-#define PACK_INNER 64
+ * floats apart or more (a whole 64-byte line a row: one thread, x [64, 4096, 64] along dim 2 27.5 → 21 ms forward,
+ * [16, 1024, 256] 6.3 → 5.2, [4096, 1024] along dim 1 11.7 → 6.6, [32, 4096, 32] along dim 2 7.9 → 5.2, [512, 256,
+ * 16] 4.7 → 3.5; an inner size of 8 took 2.3× the time copied, its tile's vectors half empty, one of 3 no less) and the
+ * buffer is at most PACK_MAX_BYTES (a dim of up to 16384 for the softmax's backward, which copies y and dy; a longer
+ * one's tile would not stay in L2 either way); the buffer's allocation failing falls back on the tile in place (the
+ * same bits). */
+#define PACK_INNER 16
 #define PACK_MAX_BYTES (8 << 20)
 
 /* The tiles (o, columns [c0, c0 + w)) split among threads; each column's result is its own, so no bit depends on

@@ -1,13 +1,14 @@
 -- Changed on 2026-12-07 (stop 100): softmax and log_softmax along a dim that is not the last
 -- (core/cpu/cpu_nn_softmax.c, fl_cpu_softmax_dim_fwd/_bwd) copy each tile of columns into a buffer of the thread's
--- where the tile's rows lie 64 floats apart or more, and stream a result of over 8 MB past the caches
+-- where the tile's rows lie 16 floats apart or more, and stream a result of over 8 MB past the caches
 -- (docs/performance.md, "softmax along a leading dim (stop 100)"): x [4096, 1024] along dim 1, one thread, about
 -- half the time forward, ~0.7× torch's forward + backward. The same operations on the same values, so the same bits:
 -- these cases hold the outputs' hashes as main's 97f5e147 gave them (its build/fp8lab, OMP_NUM_THREADS 1 and 2,
 -- AVX-512 and FP8LAB_CPU_ISA=avx2 alike): forward and the input's gradient of softmax and log_softmax over the middle
--- and leading dims of 2-4-d inputs whose inner sizes are under, at and over the copy's 64 floats, with tiles ending in
--- part-vectors, equal values, -inf and large logits, a transposed view, an odd offset with a row stride, bf16 and an
--- empty input, and two along the last dim (log_softmax's backward there in expf16 since this stop too); and a
+-- and leading dims of 2-4-d inputs whose inner sizes are under and over the copy's 16 floats and up to 1040, with
+-- tiles ending in part-vectors, equal values, -inf and large logits, a transposed view, an odd offset with a row
+-- stride, bf16 and an empty input, and two along the last dim (log_softmax's backward there in expf16 since this
+-- stop too); and a
 -- [2100, 1024] input along dim 1 (the streamed stores) against the rows' kernel on its transposed copy, forward and
 -- backward (tests/c/test_softmax_bits.c holds both copies to the rows' order as well).
 local U = dofile("tests/spec/helpers/util.lua")
