@@ -197,7 +197,20 @@ FL_CPU_AVX512 static void row_out16(const float *x, float *y, int64_t n, float m
         _mm512_mask_storeu_ps(y + j, mk, v);
     }
 }
+/* log-softmax's backward output pass, d[j] = g[j] − exp(y[j])·s, in expf16 (fl_nn_expf's bits: elementwise, the same
+ * on any ISA; GCC's vectorised fl_nn_expf took ~10 instructions more a vector) */
+FL_CPU_AVX512 static void row_logbwd16(const float *y, const float *g, float *d, int64_t n, float s) {
+    const __m512 sv = _mm512_set1_ps(s);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 mk = fl_avx512_lanes(n - j);
+        const __m512 es = _mm512_mul_ps(expf16(_mm512_maskz_loadu_ps(mk, y + j)), sv);
+        _mm512_mask_storeu_ps(d + j, mk, _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, g + j), es));
+    }
+}
 #else
+static void row_logbwd16(const float *y, const float *g, float *d, int64_t n, float s) {
+    for (int64_t j = 0; j < n; j++) d[j] = g[j] - fl_nn_expf(y[j]) * s;
+}
 static void row_out16(const float *x, float *y, int64_t n, float m, float a, bool log_, bool stream) {
     for (int64_t j = 0; j < n; j++) y[j] = log_ ? (x[j] - m) - a : y[j] * a;
 }
@@ -271,11 +284,13 @@ void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols
 
 /* dx = dy − exp(y)·Σ dy */
 void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
+    const bool wide = fl_cpu_avx512();
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
         const float s = row_dot(NULL, gr, cols);
+        if (wide) { row_logbwd16(yr, gr, dr, cols, s); continue; }
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) dr[j] = gr[j] - fl_nn_expf(yr[j]) * s;
     }
@@ -292,7 +307,8 @@ void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t 
  * order (element i into lane i mod 8 for the column's whole eights, the rest into lane 0 in turn, then
  * 0 + lane 0 + ... + lane 7; lanes in double for log-softmax), then y = e·(1/s) or (x − m) − (float)log s. The
  * backward's sums (row_dot's) the same way. The first pass asks for the tile's rows COL_AHEAD ahead: a row of the
- * tile starts a page of its own once inner·4 reaches 4 KB, where the hardware's prefetchers stop. */
+ * tile starts a page of its own once inner·4 reaches 4 KB, where the hardware's prefetchers stop. Tiles whose rows
+ * are 16 floats apart or more are first copied into a buffer (cols_fwd_packed below, since stop 100). */
 #define COL_MAX 256
 #define COL_MIN 64
 #define COL_TILE_BYTES (1 << 20)
@@ -396,50 +412,283 @@ static inline __attribute__((always_inline)) void cols_bwd(bool log_, const floa
     }
 }
 
-static void cols_fwd256(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w) {
-    cols_fwd(log_, x, y, size, st, w);
+#ifdef __x86_64__
+/* cols_fwd_packed's exponential pass on 16 columns at a time in expf16 (fl_nn_expf's operations: its bits, which the
+ * rows' AVX-512 kernels rest on too), the lanes as the loop below adds them: e into lane[l] (softmax, and into buf),
+ * or (double)e into dlane[l] (log-softmax), l = i mod 8 for the column's whole eights, else 0 */
+FL_CPU_AVX512 static void cols_exp16(bool log_, float *buf, int64_t size, int64_t w, const float *m,
+                                     float (*lane)[COL_MAX], double (*dlane)[COL_MAX]) {
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int64_t i = 0; i < size; i++) {
+        float *br = buf + i * w;
+        const int l = i < n8 ? (int)(i & 7) : 0;
+        for (int64_t c = 0; c < w; c += 16) {
+            const __mmask16 mk = fl_avx512_lanes(w - c);
+            const __m512 e = expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, br + c), _mm512_maskz_loadu_ps(mk, m + c)));
+            if (log_) {
+                const __mmask8 lo = (__mmask8)mk, hi = (__mmask8)(mk >> 8);
+                double *d = dlane[l] + c;
+                _mm512_mask_storeu_pd(d, lo, _mm512_add_pd(_mm512_maskz_loadu_pd(lo, d),
+                                                            _mm512_cvtps_pd(_mm512_castps512_ps256(e))));
+                _mm512_mask_storeu_pd(d + 8, hi, _mm512_add_pd(_mm512_maskz_loadu_pd(hi, d + 8),
+                                                                _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1))));
+            } else {
+                _mm512_mask_storeu_ps(br + c, mk, e);
+                _mm512_mask_storeu_ps(lane[l] + c, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, lane[l] + c), e));
+            }
+        }
+    }
 }
-static void cols_bwd256(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st, int64_t w) {
-    cols_bwd(log_, y, g, dx, size, st, w);
+#endif
+
+/* cols_fwd on a tile whose rows it first copies into buf [size][w], contiguous: the same operations on the same
+ * values in the same order, so the same bits. Where a tile's rows lie a page or more apart (inner ≥ 1024 floats),
+ * every row puts its w columns in the same few sets of L2 (the offset within a page picks the set: 32 sets of 2048
+ * for each line of a row), so a tile of 4096 rows held an eighth of itself there: each of cols_fwd's three passes
+ * read x from memory and waited on it (the log-softmax's output pass: 29% of the samples on its first load). The
+ * copy is the max pass's reads; the other passes read buf from L2, and softmax keeps e there (y = e·(1/s), not a
+ * second exp of x − m: the same float). stream: y's rows are whole 64-byte lines, stored past the caches (no read
+ * of each line before its write; with them cached, the output pass took 40% of the samples). */
+static inline __attribute__((always_inline)) void cols_fwd_packed(bool log_, const float *x, float *y, int64_t size,
+                                                                  int64_t st, int64_t w, float *buf, bool stream,
+                                                                  bool wide) {
+    float m[COL_MAX], a[COL_MAX], lane[8][COL_MAX];
+    double dlane[8][COL_MAX];
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int64_t c = 0; c < w; c++) m[c] = -INFINITY;
+    for (int64_t i = 0; i < size; i++) {
+        const float *xr = x + i * st;
+        float *br = buf + i * w;
+        if (i + COL_AHEAD < size) col_ahead(xr + COL_AHEAD * st, w);
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) { const float v = xr[c]; br[c] = v; m[c] = v > m[c] ? v : m[c]; }
+    }
+    if (log_) {
+        for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
+#ifdef __x86_64__
+        if (wide) cols_exp16(true, buf, size, w, m, lane, dlane); else
+#endif
+        for (int64_t i = 0; i < size; i++) {
+            const float *br = buf + i * w;
+            double *ln = dlane[i < n8 ? (i & 7) : 0];
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) ln[c] += (double)fl_nn_expf(br[c] - m[c]);
+        }
+        for (int64_t c = 0; c < w; c++) {
+            double s = 0.0;
+            for (int l = 0; l < 8; l++) s += dlane[l][c];
+            a[c] = (float)log(s);
+        }
+        for (int64_t i = 0; i < size; i++) {
+            const float *br = buf + i * w;
+            float *yr = y + i * st;
+#ifdef __x86_64__
+            if (stream) {
+                for (int64_t c = 0; c < w; c += 8)
+                    _mm256_stream_ps(yr + c, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(br + c), _mm256_loadu_ps(m + c)),
+                                                           _mm256_loadu_ps(a + c)));
+                continue;
+            }
+#endif
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) yr[c] = (br[c] - m[c]) - a[c];
+        }
+#ifdef __x86_64__
+        if (stream) _mm_sfence();
+#endif
+        return;
+    }
+    for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) lane[l][c] = 0.0f;
+#ifdef __x86_64__
+    if (wide) cols_exp16(false, buf, size, w, m, lane, dlane); else
+#endif
+    for (int64_t i = 0; i < size; i++) {
+        float *br = buf + i * w;
+        float *ln = lane[i < n8 ? (i & 7) : 0];
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) { const float e = fl_nn_expf(br[c] - m[c]); br[c] = e; ln[c] += e; }
+    }
+    for (int64_t c = 0; c < w; c++) {
+        float s = 0.0f;
+        for (int l = 0; l < 8; l++) s += lane[l][c];
+        a[c] = 1.0f / s;
+    }
+    for (int64_t i = 0; i < size; i++) {
+        const float *br = buf + i * w;
+        float *yr = y + i * st;
+#ifdef __x86_64__
+        if (stream) {
+            for (int64_t c = 0; c < w; c += 8)
+                _mm256_stream_ps(yr + c, _mm256_mul_ps(_mm256_loadu_ps(br + c), _mm256_loadu_ps(a + c)));
+            continue;
+        }
+#endif
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) yr[c] = br[c] * a[c];
+    }
+#ifdef __x86_64__
+    if (stream) _mm_sfence();
+#endif
+}
+
+#ifdef __x86_64__
+/* cols_bwd_packed's log-softmax output pass, dx = dy − exp(y)·s, 16 columns at a time in expf16 (fl_nn_expf's bits);
+ * stream as cols_fwd_packed's */
+FL_CPU_AVX512 static void cols_logbwd_out16(const float *y, const float *gb, float *dx, int64_t size, int64_t st,
+                                            int64_t w, const float *s, bool stream) {
+    for (int64_t i = 0; i < size; i++) {
+        const float *yr = y + i * st, *gbr = gb + i * w;
+        float *dr = dx + i * st;
+        if (i + COL_AHEAD < size) col_ahead(yr + COL_AHEAD * st, w);
+        for (int64_t c = 0; c < w; c += 16) {
+            const __mmask16 mk = fl_avx512_lanes(w - c);
+            const __m512 e = expf16(_mm512_maskz_loadu_ps(mk, yr + c));
+            const __m512 es = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(mk, s + c));
+            const __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, gbr + c), es);
+            if (stream) _mm512_stream_ps(dr + c, v); else _mm512_mask_storeu_ps(dr + c, mk, v);
+        }
+    }
+    if (stream) _mm_sfence();
+}
+#endif
+
+/* cols_bwd with the sums' inputs copied into buf as the sums read them (softmax: y then dy, [size][w] each;
+ * log-softmax: dy), the output pass reading them from there; the same operations, the same bits */
+static inline __attribute__((always_inline)) void cols_bwd_packed(bool log_, const float *y, const float *g, float *dx,
+                                                                  int64_t size, int64_t st, int64_t w, float *buf,
+                                                                  bool stream, bool wide) {
+    float s[COL_MAX], lane[8][COL_MAX];
+    float *yb = buf, *gb = log_ ? buf : buf + size * w;
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) lane[l][c] = 0.0f;
+    for (int64_t i = 0; i < size; i++) {
+        const float *yr = y + i * st, *gr = g + i * st;
+        float *ln = lane[i < n8 ? (i & 7) : 0], *gbr = gb + i * w;
+        if (i + COL_AHEAD < size) { col_ahead(gr + COL_AHEAD * st, w); if (!log_) col_ahead(yr + COL_AHEAD * st, w); }
+        if (log_) {
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) { const float v = gr[c]; gbr[c] = v; ln[c] += v; }
+        } else {
+            float *ybr = yb + i * w;
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) {
+                const float u = yr[c], v = gr[c];
+                ybr[c] = u; gbr[c] = v; ln[c] += u * v;
+            }
+        }
+    }
+    for (int64_t c = 0; c < w; c++) {
+        float t = 0.0f;
+        for (int l = 0; l < 8; l++) t += lane[l][c];
+        s[c] = t;
+    }
+#ifdef __x86_64__
+    if (log_ && wide) { cols_logbwd_out16(y, gb, dx, size, st, w, s, stream); return; }
+#endif
+    for (int64_t i = 0; i < size; i++) {
+        const float *gbr = gb + i * w;
+        float *dr = dx + i * st;
+        if (log_) {
+            const float *yr = y + i * st;
+            if (i + COL_AHEAD < size) col_ahead(yr + COL_AHEAD * st, w);
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) dr[c] = gbr[c] - fl_nn_expf(yr[c]) * s[c];
+        } else {
+            const float *ybr = yb + i * w;
+#ifdef __x86_64__
+            if (stream) {
+                for (int64_t c = 0; c < w; c += 8) {
+                    const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(gbr + c), _mm256_loadu_ps(s + c));
+                    _mm256_stream_ps(dr + c, _mm256_mul_ps(_mm256_loadu_ps(ybr + c), v));
+                }
+                continue;
+            }
+#endif
+            #pragma omp simd
+            for (int64_t c = 0; c < w; c++) dr[c] = ybr[c] * (gbr[c] - s[c]);
+        }
+    }
+#ifdef __x86_64__
+    if (stream) _mm_sfence();
+#endif
+}
+
+static void cols_fwd256(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w, float *buf,
+                        bool stream) {
+    if (buf) cols_fwd_packed(log_, x, y, size, st, w, buf, stream, false); else cols_fwd(log_, x, y, size, st, w);
+}
+static void cols_bwd256(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st, int64_t w,
+                        float *buf, bool stream) {
+    if (buf) cols_bwd_packed(log_, y, g, dx, size, st, w, buf, stream, false);
+    else cols_bwd(log_, y, g, dx, size, st, w);
 }
 #ifdef __x86_64__
-FL_CPU_AVX512 static void cols_fwd512(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w) {
-    cols_fwd(log_, x, y, size, st, w);
+FL_CPU_AVX512 static void cols_fwd512(bool log_, const float *x, float *y, int64_t size, int64_t st, int64_t w,
+                                      float *buf, bool stream) {
+    if (buf) cols_fwd_packed(log_, x, y, size, st, w, buf, stream, true); else cols_fwd(log_, x, y, size, st, w);
 }
 FL_CPU_AVX512 static void cols_bwd512(bool log_, const float *y, const float *g, float *dx, int64_t size, int64_t st,
-                                      int64_t w) {
-    cols_bwd(log_, y, g, dx, size, st, w);
+                                      int64_t w, float *buf, bool stream) {
+    if (buf) cols_bwd_packed(log_, y, g, dx, size, st, w, buf, stream, true);
+    else cols_bwd(log_, y, g, dx, size, st, w);
 }
 #else
 #define cols_fwd512 cols_fwd256
 #define cols_bwd512 cols_bwd256
 #endif
 
+/* Tiles are copied into a buffer of each thread's (cols_fwd_packed, cols_bwd_packed) where their rows lie PACK_INNER
+ * floats apart or more (a whole 64-byte line a row: one thread, x [64, 4096, 64] along dim 2 27.5 → 21 ms forward,
+ * [16, 1024, 256] 6.3 → 5.2, [4096, 1024] along dim 1 11.7 → 6.6, [32, 4096, 32] along dim 2 7.9 → 5.2, [512, 256,
+ * 16] 4.7 → 3.5; an inner size of 8 took 2.3× the time copied, its tile's vectors half empty, one of 3 no less) and the
+ * buffer is at most PACK_MAX_BYTES (a dim of up to 16384 for the softmax's backward, which copies y and dy; a longer
+ * one's tile would not stay in L2 either way); the buffer's allocation failing falls back on the tile in place (the
+ * same bits). */
+#define PACK_INNER 16
+#define PACK_MAX_BYTES (8 << 20)
+
 /* The tiles (o, columns [c0, c0 + w)) split among threads; each column's result is its own, so no bit depends on
- * the thread count. */
-void fl_cpu_softmax_dim_fwd(bool log_, const float *x, float *y, int64_t outer, int64_t size, int64_t inner) {
+ * the thread count. nbuf: the arrays a packed tile copies (0: none). */
+static void dim_tiles(bool bwd, bool log_, const float *x, const float *g, float *y, int64_t outer, int64_t size,
+                      int64_t inner, int nbuf) {
     const bool wide = fl_cpu_avx512();
-    const int64_t w = col_width(size), per = (inner + w - 1) / w, tiles = outer * per;
-    #pragma omp parallel for if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
-        const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
-        const int64_t at = o * size * inner + c0;
-        if (wide) cols_fwd512(log_, x + at, y + at, size, inner, wc);
-        else cols_fwd256(log_, x + at, y + at, size, inner, wc);
+    const int64_t wp = col_width(size * (nbuf > 0 ? nbuf : 1));
+    const bool pack = inner >= PACK_INNER && nbuf > 0 && (double)(nbuf * wp) * (double)size * 4.0 <= PACK_MAX_BYTES;
+    const int64_t w = pack ? wp : col_width(size), per = (inner + w - 1) / w, tiles = outer * per;
+    /* the result's rows whole 64-byte lines: streamed past the caches where it is larger than they are */
+    const bool stream = pack && (double)outer * (double)size * (double)inner * 4.0 > STREAM_MIN_BYTES && inner % 16 == 0
+                        && ((uintptr_t)y & 63) == 0;
+    #pragma omp parallel if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN)
+    {
+        float *buf = NULL;
+        bool asked = false;
+        #pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
+            const int64_t at = o * size * inner + c0;
+            if (pack && !asked) {   /* (a thread with no tile asks for none) */
+                buf = aligned_alloc(64, ((size_t)(nbuf * size * w) * sizeof(float) + 63) / 64 * 64);
+                asked = true;
+            }
+            if (bwd) {
+                if (wide) cols_bwd512(log_, x + at, g + at, y + at, size, inner, wc, buf, stream);
+                else cols_bwd256(log_, x + at, g + at, y + at, size, inner, wc, buf, stream);
+            } else {
+                if (wide) cols_fwd512(log_, x + at, y + at, size, inner, wc, buf, stream);
+                else cols_fwd256(log_, x + at, y + at, size, inner, wc, buf, stream);
+            }
+        }
+        free(buf);
     }
+}
+
+void fl_cpu_softmax_dim_fwd(bool log_, const float *x, float *y, int64_t outer, int64_t size, int64_t inner) {
+    dim_tiles(false, log_, x, NULL, y, outer, size, inner, 1);
 }
 
 void fl_cpu_softmax_dim_bwd(bool log_, const float *y, const float *dy, float *dx, int64_t outer, int64_t size,
                             int64_t inner) {
-    const bool wide = fl_cpu_avx512();
-    const int64_t w = col_width(size), per = (inner + w - 1) / w, tiles = outer * per;
-    #pragma omp parallel for if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
-        const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
-        const int64_t at = o * size * inner + c0;
-        if (wide) cols_bwd512(log_, y + at, dy + at, dx + at, size, inner, wc);
-        else cols_bwd256(log_, y + at, dy + at, dx + at, size, inner, wc);
-    }
+    dim_tiles(true, log_, y, dy, dx, outer, size, inner, log_ ? 1 : 2);
 }
 
 /* Checks every target and counts the non-ignored rows. Targets are floats holding class ids; a

@@ -213,7 +213,9 @@ static void check_dims(int *fl__failed, int64_t outer, int64_t size, int64_t inn
 
 TEST(softmax_along_a_strided_dim_gives_the_rows_bits) {
     const int64_t shapes[][3] = { { 1, 1, 1 }, { 1, 7, 3 }, { 2, 8, 5 }, { 3, 9, 16 }, { 1, 17, 17 }, { 2, 33, 31 },
-                                  { 1, 4, 300 }, { 2, 100, 65 }, { 1, 1030, 20 }, { 1, 6000, 3 }, { 1, 2, 530 } };
+                                  { 1, 4, 300 }, { 2, 100, 65 }, { 1, 1030, 20 }, { 1, 6000, 3 }, { 1, 2, 530 },
+                                  { 3, 70, 64 }, { 1, 9, 1040 },
+                                  { 1, 2100, 1024 } };   /* (8.6 MB: the copied tiles' results streamed) */
     for (int w = 0; w < 2; w++) {
         if (w && !fl_cpu_avx512()) { fprintf(stderr, "  (AVX-512 copy skipped: no AVX-512 on this CPU)\n"); break; }
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
