@@ -194,9 +194,17 @@ end
 -- fp8.convert_model, fp8.nn.Parameter, ... dropped them silently until stop 99, where the C bindings and the
 -- classes' methods refuse them). The wrapper tail-calls the function, so its own errors still blame its caller.
 -- Returns tbl.
+-- tbl is read and written raw (next, rawset), as check reads valid: a table whose __pairs never ends looped for ever
+-- (sweep 114).
 function M.strict_functions(tbl, prefix)
+  if type(tbl) ~= "table" then
+    error(("strict_functions: expected a module table, got %s"):format(M.got(tbl)), 2)
+  end
+  if prefix ~= nil and type(prefix) ~= "string" then
+    error(("strict_functions: prefix must be a string, got %s"):format(M.got(prefix)), 2)
+  end
   local todo = {}
-  for name, f in pairs(tbl) do
+  for name, f in next, tbl do
     if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
       todo[name] = f
     end
@@ -211,7 +219,7 @@ function M.strict_functions(tbl, prefix)
         return f(...)
       end
       WRAPPED[w], ARITY[w] = true, a
-      tbl[name] = w
+      rawset(tbl, name, w)
     end
   end
   return tbl
