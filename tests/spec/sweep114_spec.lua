@@ -36,3 +36,40 @@ describe("fp8.opts.strict_functions reads its module table raw", function()
     assert.are.equal(1, t._g(1, 2))   -- a private one is left as it is
   end)
 end)
+
+describe("the inf and negative norms of an empty reduction are refused by the function called", function()
+  -- torch 2.15 refuses them (linalg.vector_norm: 'cannot compute the inf norm on the dimension 1 because this
+  -- dimension is empty and the operation does not have an identity'); x:norm(math.huge), dist, renorm and
+  -- F.normalize refused the inf norm as 'amax: the reduced range of tensor [3, 0] is empty ...' (normalize's at
+  -- lua/fp8/nn/functional.lua's line), normalize's -inf as 'min: ...', and normalize with p = -1 returned the empty input
+  local function msg(f) return err_of(f):gsub("^.-:%d+: ", "") end
+  it("x:norm and dist name norm", function()
+    assert.are.equal("norm: the inf norm of an empty reduction has no value (the operation has no identity; torch "
+      .. "refuses it too), input [3, 0]", msg(function() return fp8.zeros { 3, 0 }:norm(math.huge, 2) end))
+    assert.are.equal("norm: the inf norm of an empty reduction has no value (the operation has no identity; torch "
+      .. "refuses it too), input [0]", msg(function() return fp8.dist(fp8.zeros { 0 }, fp8.zeros { 0 }, math.huge) end))
+    -- a reduction that is not empty: an empty result, as torch's
+    assert.are.same({ 0 }, fp8.zeros { 3, 0 }:norm(math.huge, 1):shape())
+    assert.are.same({ 0 }, fp8.zeros { 0, 3 }:norm(math.huge, 2):shape())
+    assert.are.equal(3, fp8.tensor { 1, -3 }:norm(math.huge):item())
+  end)
+  it("renorm names itself where a slice is empty, and takes no slices", function()
+    assert.are.equal("renorm: the inf norm of an empty slice has no value (the operation has no identity; torch refuses "
+      .. "it too), input [3, 0]", msg(function() return fp8.zeros { 3, 0 }:renorm(math.huge, 1, 1) end))
+    assert.truthy(msg(function() return fp8.zeros { 2, 0, 3 }:renorm(math.huge, 1, 1) end):find("^renorm: the inf norm"))
+    assert.are.same({ 0, 3 }, fp8.zeros { 0, 3 }:renorm(math.huge, 1, 1):shape())   -- torch's: no slice
+    assert.are.same({ 3, 0 }, fp8.zeros { 3, 0 }:renorm(2, 1, 1):shape())
+  end)
+  it("F.normalize names itself for p < 0 and ±inf along an empty dim, as torch refuses them", function()
+    local F = fp8.nn.F
+    for _, c in ipairs { { math.huge, "inf" }, { -math.huge, "-inf" }, { -1, "-1" } } do
+      assert.are.equal(("normalize: the %s norm of an empty dim has no value (the operation has no identity; torch "
+        .. "refuses it too), input [3, 0] along dim 2"):format(c[2]),
+        msg(function() return F.normalize(fp8.zeros { 3, 0 }, { p = c[1] }) end))
+    end
+    for _, p in ipairs { 2, 0.5, 0 } do   -- torch's: an empty result
+      assert.are.same({ 3, 0 }, F.normalize(fp8.zeros { 3, 0 }, { p = p }):shape())
+    end
+    assert.are.same({ 2, 0, 3 }, F.normalize(fp8.zeros { 2, 0, 3 }, { p = math.huge, dim = 1 }):shape())
+  end)
+end)
