@@ -134,8 +134,14 @@ end
 
 -- Whether self is an object a method `name` can be called on: a table whose lookup of name finds a method (an
 -- instance of the class, or of a subclass). A call written with a dot passes its first argument, or nothing, here.
+-- The lookup must find a function: a table whose __index answers every key (1) passed as an object, and the method
+-- failed inside on its fields ('lua/fp8/data.lua:634: attempt to index a number value (local 'gs')' from
+-- fp8.Accelerator.gather_for_metrics(t), sweep 114).
 local function is_object(self, name)
-  return type(self) == "table" and getmetatable(self) ~= nil and self[name] ~= nil
+  if type(self) ~= "table" or getmetatable(self) == nil then return false end
+  local f = self[name]
+  local mt = type(f) == "table" and getmetatable(f)
+  return type(f) == "function" or (type(mt) == "table" and rawget(mt, "__call") ~= nil)
 end
 
 -- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a

@@ -73,3 +73,30 @@ describe("the inf and negative norms of an empty reduction are refused by the fu
     assert.are.same({ 2, 0, 3 }, F.normalize(fp8.zeros { 2, 0, 3 }, { p = math.huge, dim = 1 }):shape())
   end)
 end)
+
+describe("a class's method called with a table that answers every key as its self", function()
+  -- strict_arity's check of the object asked only that self[name] was not nil: the sweep's table whose __index answers
+  -- 1 for every key passed, so fp8.Accelerator.gather_for_metrics(t) failed inside ('lua/fp8/data.lua:634: attempt to
+  -- index a number value (local 'gs')') and fp8.Accelerator.gather(t, x) returned x as if t were an accelerator. The
+  -- method found must be a function (or callable) now.
+  local function t() return U.lying() end
+  local function msg(f, ...) return err_of(f, ...):gsub("^.-:%d+: ", "") end
+  it("is refused by name, as any value that is not the object", function()
+    assert.are.equal("Accelerator:gather_for_metrics: called without its object (got a table as self): write "
+      .. "obj:gather_for_metrics(...), with a colon, not obj.gather_for_metrics(...)",
+      msg(fp8.Accelerator.gather_for_metrics, t(), fp8.ones { 2 }))
+    assert.truthy(msg(fp8.Accelerator.gather, t(), fp8.ones { 2 }):find("^Accelerator:gather: called without its object"))
+    assert.truthy(msg(fp8.optim.SGD.step, t()):find("^Optimizer:step: called without its object"))
+    assert.truthy(msg(fp8.nn.Linear.parameters, t()):find("^Module:parameters: called without its object"))
+  end)
+  it("leaves the objects' own calls as they were", function()
+    local acc = fp8.Accelerator()
+    assert.are.same({ 2 }, acc:gather_for_metrics(fp8.ones { 2 }):shape())
+    local m = fp8.nn.Linear(3, 2)
+    assert.are.equal(2, #m:parameters())
+    -- a method that is a callable table is still a method
+    local cls = setmetatable({}, { __call = function(_, self, v) return v end })
+    local obj = setmetatable({ f = cls }, { __index = {} })
+    assert.are.equal(5, obj.f(obj, 5))
+  end)
+end)
