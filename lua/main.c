@@ -112,10 +112,17 @@ static int msghandler(lua_State *L) {
 
 /* Ctrl-C while Lua runs: the hook raises at the next call/return/line/instruction, and the
  * core's flag makes long C loops return FL_EINTR. A second Ctrl-C before the hook fires gets
- * the default action (kill), so a stuck C call can still be stopped. */
+ * the default action (kill), so a stuck C call can still be stopped. One Ctrl-C is one error:
+ * the hook takes the core's flag down with it, and where a C loop took the flag first (its
+ * 'interrupted' already raised) the hook goes without raising again. Until sweep 114 each raised
+ * its own: a Ctrl-C caught by pcall in Lua code failed the next long C call ('interrupted'), and
+ * one a C loop raised was raised again as 'interrupted!' at the next Lua line, past the pcall
+ * that had caught it. */
 static void lstop(lua_State *L, lua_Debug *ar) {
     (void)ar;
     lua_sethook(L, NULL, 0, 0);
+    if (!fl_interrupt_pending()) return;   /* a C loop took it: raised there */
+    fl_interrupt_clear();
     luaL_error(L, "interrupted!");
 }
 

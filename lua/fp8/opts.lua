@@ -134,8 +134,14 @@ end
 
 -- Whether self is an object a method `name` can be called on: a table whose lookup of name finds a method (an
 -- instance of the class, or of a subclass). A call written with a dot passes its first argument, or nothing, here.
+-- The lookup must find a function: a table whose __index answers every key (1) passed as an object, and the method
+-- failed inside on its fields ('lua/fp8/data.lua:634: attempt to index a number value (local 'gs')' from
+-- fp8.Accelerator.gather_for_metrics(t), sweep 114).
 local function is_object(self, name)
-  return type(self) == "table" and getmetatable(self) ~= nil and self[name] ~= nil
+  if type(self) ~= "table" or getmetatable(self) == nil then return false end
+  local f = self[name]
+  local mt = type(f) == "table" and getmetatable(f)
+  return type(f) == "function" or (type(mt) == "table" and rawget(mt, "__call") ~= nil)
 end
 
 -- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a
@@ -194,9 +200,17 @@ end
 -- fp8.convert_model, fp8.nn.Parameter, ... dropped them silently until stop 99, where the C bindings and the
 -- classes' methods refuse them). The wrapper tail-calls the function, so its own errors still blame its caller.
 -- Returns tbl.
+-- tbl is read and written raw (next, rawset), as check reads valid: a table whose __pairs never ends looped for ever
+-- (sweep 114).
 function M.strict_functions(tbl, prefix)
+  if type(tbl) ~= "table" then
+    error(("strict_functions: expected a module table, got %s"):format(M.got(tbl)), 2)
+  end
+  if prefix ~= nil and type(prefix) ~= "string" then
+    error(("strict_functions: prefix must be a string, got %s"):format(M.got(prefix)), 2)
+  end
   local todo = {}
-  for name, f in pairs(tbl) do
+  for name, f in next, tbl do
     if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
       todo[name] = f
     end
@@ -211,7 +225,7 @@ function M.strict_functions(tbl, prefix)
         return f(...)
       end
       WRAPPED[w], ARITY[w] = true, a
-      tbl[name] = w
+      rawset(tbl, name, w)
     end
   end
   return tbl

@@ -336,6 +336,16 @@ Tensor.renorm = at_caller(function(t, p, dim, maxnorm, ...)
   local d = T._norm_dim("renorm", dim, t:dim(), 2)
   local others = {}
   for i = 1, t:dim() do if i ~= d then others[#others + 1] = i end end
+  if p == math.huge then
+    -- the inf norm of an empty slice has no value (torch's RuntimeError: the operation has no identity); it said
+    -- 'amax: the reduced range of tensor [3, 0] is empty ...', an op the caller never called, until sweep 114
+    for _, i in ipairs(others) do
+      if t:size(i) == 0 then
+        error(("renorm: the inf norm of an empty slice has no value (the operation has no identity; torch refuses it "
+          .. "too), input %s"):format(t:shape_str()), 2)
+      end
+    end
+  end
   local function norm_of(x)
     local a = x:abs()
     if p == math.huge then

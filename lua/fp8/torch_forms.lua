@@ -82,6 +82,17 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   end
   if dim ~= nil then dim = dims_of("norm", dim, math.max(t:dim(), 1)) end
   check_keepdim("norm", keepdim)
+  if p < 0 or p == math.huge then
+    -- a reduction over nothing has no value for p < 0 and inf (torch's RuntimeError: the operation has no identity;
+    -- the inf norm's said 'amax: ...', a function the caller never named, until sweep 114)
+    local empty = t:numel() == 0 and dim == nil
+    for _, d in ipairs(dim ~= nil and t:dim() > 0 and each_dim(dim) or {}) do empty = empty or t:size(d) == 0 end
+    if empty then
+      error(("norm: the %s norm of an empty reduction has no value (the operation has no identity; torch refuses it "
+        .. "too), input %s"):format(p == -math.huge and "-inf" or p == math.huge and "inf" or ("%.14g"):format(p),
+        t:shape_str()), 2)
+    end
+  end
   local x = (dt == "bf16" or dt == "fp16") and t:float() or t
   local r
   if p == 1 then r = x:abs():sum(dim, keepdim)
@@ -98,14 +109,7 @@ Tensor.norm = at_caller(function(t, p, dim, keepdim, ...)
   elseif p == 0 then   -- the count of nonzero elements; torch's gradient is zeros (the zero keeps x in the graph)
     r = x:detach():ne(0):to(x:dtype()):sum(dim, keepdim)
     if x:requires_grad() then r = r + T._full_in_graph(x, {}, 0) end
-  elseif p < 0 then
-    -- a reduction over nothing has no value for p < 0 (torch's RuntimeError: the operation has no identity)
-    local empty = t:numel() == 0 and dim == nil
-    for _, d in ipairs(dim ~= nil and t:dim() > 0 and each_dim(dim) or {}) do empty = empty or t:size(d) == 0 end
-    if empty then
-      error(("norm: the %s norm of an empty reduction has no value (the operation has no identity; torch refuses it "
-        .. "too), input %s"):format(p == -math.huge and "-inf" or ("%.14g"):format(p), t:shape_str()), 2)
-    end
+  elseif p < 0 then   -- (an empty reduction refused above)
     if p == -math.huge then r = T._min_abs_norm(x, dim, keepdim)   -- the smallest |x|, its gradient split among ties
     else   -- no rescue (torch has none; the sum is ruled by the smallest |x|), and no select on the root: a sum of
       -- 0 (every |x| inf) has the norm inf, torch's pow(0, 1/p), with its NaN gradient

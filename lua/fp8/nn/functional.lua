@@ -916,6 +916,14 @@ function F.normalize(x, opts, ...)
   end
   check_dim("normalize", x, dim)
   if x:dim() == 0 then error("normalize: input is 0-d; it normalizes along a dimension, so needs one", 2) end
+  if (p < 0 or p == math.huge) and x:size(dim) == 0 then
+    -- the norm of an empty dim has no value for p < 0 and ±inf (torch's RuntimeError: the operation has no identity):
+    -- p < 0 returned the empty input where torch refuses, ±inf said 'amax: ...' or 'min: ...' at this file's line
+    -- (sweep 114)
+    error(("normalize: the %s norm of an empty dim has no value (the operation has no identity; torch refuses it too), "
+      .. "input %s along dim %d"):format(p == math.huge and "inf" or p == -math.huge and "-inf" or ("%.14g"):format(p),
+      x:shape_str(), dim < 0 and dim + x:dim() + 1 or dim), 2)
+  end
   if p == math.huge then return x / x:abs():amax(dim, true):clamp_min(eps) end   -- torch's p=inf: the largest |x|
   local T = require "fp8.tensor"
   local n
