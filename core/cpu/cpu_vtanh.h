@@ -16,7 +16,10 @@
 /* elements a block: the packed far values and the masks stay in L1 */
 #define FL_VTANH_BLOCK 512
 /* how far ahead of the put-back pass x is prefetched, and y for writing (the packing pass alone waited on memory,
- * the other two found it idle: without these the split was no faster on x [4096, 1024] than the loop) */
+ * the other two found it idle: without these the split was no faster on x [4096, 1024] than the loop). Past the
+ * call's n too: the elementwise op calls the map 4096 elements at a time, and a prefetch stopped at n left each
+ * call's first 1024 cold (8% less time than the loop instead of 19%, in a C program). A prefetch never faults, so
+ * one past the end of an allocation only fetches a line or is dropped (its address made as an integer). */
 #define FL_VTANH_AHEAD 1024
 
 /* fl_vm_tanh_near on 16 lanes: the same multiply-adds */
@@ -62,10 +65,8 @@ FL_CPU_AVX512 static inline void fl_vtanh_map512(const float *x, float *y, int64
         fl_vtanh_far_n(fa, (nf + 15) & ~15);
         int off = 0;
         for (int64_t i = 0; i < m; i += 16) {
-            if (i0 + i + FL_VTANH_AHEAD < n) {
-                __builtin_prefetch(xb + i + FL_VTANH_AHEAD);
-                __builtin_prefetch(yb + i + FL_VTANH_AHEAD, 1);
-            }
+            __builtin_prefetch((const void *)((uintptr_t)(xb + i) + FL_VTANH_AHEAD * sizeof(float)));
+            __builtin_prefetch((const void *)((uintptr_t)(yb + i) + FL_VTANH_AHEAD * sizeof(float)), 1);
             const __m512 v = _mm512_loadu_ps(xb + i);
             /* the near branch for every lane, the far lanes' values put over it */
             __m512 t = fl_vtanh_near16(_mm512_and_ps(v, absm));
