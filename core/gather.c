@@ -71,7 +71,10 @@ static bool gather_positions(int64_t *pos, const float *iv, int64_t is, int64_t 
  * (along its last dim) in order, each in chunks of GATHER_CHUNK: their positions checked, then the elements copied.
  * Along the last dim, the positions GATHER_AHEAD rows on are asked into the caches: each load missed to memory where
  * a is larger than the caches (x [4096, 1024] along dim 2: 82% of the time on the load's result, too few misses in
- * flight; the positions are random, so the hardware's prefetchers do not follow them). */
+ * flight; the positions are random, so the hardware's prefetchers do not follow them). Only where dim's stride is 1:
+ * with another stride (a transposed x [4096, 1024] along dim 2, each of a row's positions on its own 4 KiB page) the
+ * prefetches made the gather slower, 0.84-0.99 ms without them against 1.10-1.42 with them in a small C program, and
+ * 1.2-1.4x torch 2.15 in the op (docs/performance.md, "index_select, gather and tanh (stop 100)"). */
 #define GATHER_CPU_T(NAME, T)                                                                                          \
 static fl_status NAME(T *y, const T *x, const float *iv, const fl_tensor *index, const int64_t *is, const int64_t *as, \
                       int dim, int64_t size, int64_t sdim) {                                                        \
@@ -88,10 +91,9 @@ static fl_status NAME(T *y, const T *x, const float *iv, const fl_tensor *index,
             if (r + GATHER_AHEAD < rows) {                                                                         \
                 const int s = (int)((r + GATHER_AHEAD) % (GATHER_AHEAD + 1));                                      \
                 rok[s] = gather_positions(ring[s], iv + ahead.io, il, n, size);                                    \
-                if (rok[s]) {   /* (a row with a bad position: not prefetched) */                                 \
+                if (rok[s] && sdim == 1) {   /* (a row with a bad position: not prefetched) */                    \
                     const T *xa = x + ahead.ao;                                                                    \
-                    if (sdim == 1) for (int64_t t = 0; t < n; t++) __builtin_prefetch(xa + ring[s][t]);            \
-                    else for (int64_t t = 0; t < n; t++) __builtin_prefetch(xa + ring[s][t] * sdim);               \
+                    for (int64_t t = 0; t < n; t++) __builtin_prefetch(xa + ring[s][t]);                           \
                 }                                                                                                  \
                 walk_next(&ahead, nd, index->shape, as, is);                                                       \
             }                                                                                                      \
@@ -112,9 +114,10 @@ static fl_status NAME(T *y, const T *x, const float *iv, const fl_tensor *index,
         }                                                                                                          \
         return FL_OK;                                                                                              \
     }                                                                                                              \
-    if (dim == last) for (int64_t r = 0; r < GATHER_AHEAD && r < rows; r++) walk_next(&ahead, nd, index->shape, as, is); \
+    if (dim == last && sdim == 1)                                                                                  \
+        for (int64_t r = 0; r < GATHER_AHEAD && r < rows; r++) walk_next(&ahead, nd, index->shape, as, is);            \
     for (int64_t r = 0; r < rows; r++) {                                                                           \
-        if (dim == last && r + GATHER_AHEAD < rows) {                                                              \
+        if (dim == last && sdim == 1 && r + GATHER_AHEAD < rows) {                                                 \
             for (int64_t t0 = 0; t0 < n; t0 += GATHER_CHUNK) {   /* (a row with a bad position: not prefetched) */ \
                 const int64_t m = n - t0 < GATHER_CHUNK ? n - t0 : GATHER_CHUNK;                                   \
                 if (gather_positions(pos, iv + ahead.io + t0 * il, il, m, size))                                   \
@@ -385,7 +388,10 @@ fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl
     }
     free(pos);
     fl_tensor_release(ah);
-    if (st == FL_OK) st = fl_host_result(out, v, a->dtype, a->device), v = NULL;
+    /* v is in a's dtype already: handed over as it is on the host (fl_host_result converts from fp32, and from another
+     * dtype it copied v whole: bf16 x [4096, 1024]'s 1024 rows took 0.37 ms, twice fp32's and torch 2.15's 0.19) */
+    if (st == FL_OK && a->device == FL_DEV_CPU) *out = v, v = NULL;
+    else if (st == FL_OK) st = fl_tensor_to_device(out, v, a->device);
     fl_tensor_release(v);
     fl_node *n = NULL;
     if (st == FL_OK && fl_any_requires_grad(1, &a)) {

@@ -5,6 +5,7 @@
 #include "cpu_internal.h"
 #include "cpu_vmath.h"
 #include "cpu_vpow.h"
+#include "cpu_vtanh.h"
 #include "hypot1.h"
 #include "bf16_x86.h"
 #include <math.h>
@@ -12,7 +13,6 @@
 
 /* tanh and sigmoid in fp32, vectorised (cpu_vmath.h: within a few ulp of the correctly rounded value; they were
  * double tanh and exp, a libm call per element: 11x slower than torch's SiLU, the LSTM's gates 3x) */
-FL_VM_MAPS(fl_vm_tanh)
 FL_VM_MAPS(fl_vm_sigmoid)
 
 /* BLOCK_MAP(name, plain, fast, full) defines map_name(x, y, n, wide): y[i] = full(x[i]), VM_BLOCK elements at a
@@ -252,7 +252,7 @@ static inline void unop_run(fl_unop op, const float *a, float *d, int64_t n) {
     case FL_OP_EXP: map_exp_blocks(a, d, n, fl_cpu_avx512()); break;   /* cpu_vmath.h: < 1 ulp, as torch's */
     case FL_OP_LOG: map_log_blocks(a, d, n, fl_cpu_avx512()); break;
     case FL_OP_SIGN: for (int64_t i = 0; i < n; i++) d[i] = a[i] > 0 ? 1.0f : a[i] < 0 ? -1.0f : a[i]; break;
-    case FL_OP_TANH: map_fl_vm_tanh(a, d, n, fl_cpu_avx512()); break;
+    case FL_OP_TANH: fl_vtanh_map(a, d, n, fl_cpu_avx512()); break;
     case FL_OP_SIGMOID: map_fl_vm_sigmoid(a, d, n, fl_cpu_avx512()); break;
     case FL_OP_SIN: for (int64_t i = 0; i < n; i++) d[i] = (float)sin((double)a[i]); break;
     case FL_OP_COS: for (int64_t i = 0; i < n; i++) d[i] = (float)cos((double)a[i]); break;

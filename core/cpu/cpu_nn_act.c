@@ -3,6 +3,7 @@
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "cpu_vmath.h"
+#include "cpu_vtanh.h"
 #include "philox.h"
 #include <pthread.h>
 
@@ -228,7 +229,6 @@ void fl_cpu_silu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
 }
 
 FL_VM_MAPS(fl_vm_sigmoid)
-FL_VM_MAPS(fl_vm_tanh)
 
 /* One span of a bf16 input: widened (exactly) into a buffer in L1, the fp32 kernel's span on it, the result written
  * as fp32 or rounded once to bf16: the fp32 kernel's bits on the widened tensor, without its fp32 copy in memory. */
@@ -249,7 +249,7 @@ static void act_bf16_span(int kind, const uint16_t *x, float *y, uint16_t *y16, 
             break;
         case FL_ACT_SILU: map_fl_vm_silu(xb, yo, m, wide); break;
         case FL_ACT_SIGMOID: map_fl_vm_sigmoid(xb, yo, m, wide); break;
-        default: map_fl_vm_tanh(xb, yo, m, wide); break;
+        default: fl_vtanh_map(xb, yo, m, wide); break;
         }
         if (!y) fl_f32_to_bf16_n(yb, y16 + k0, (size_t)m);
     }
@@ -359,7 +359,7 @@ void fl_cpu_act_bwd_bf16(int kind, const uint16_t *x, const float *dy, float *dx
 
 void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n) {
     const bool wide = fl_cpu_avx512();
-    ACT_SPANS(if (tanh_) map_fl_vm_tanh(x + i0, y + i0, len, wide);
+    ACT_SPANS(if (tanh_) fl_vtanh_map(x + i0, y + i0, len, wide);
               else map_fl_vm_sigmoid(x + i0, y + i0, len, wide));
 }
 

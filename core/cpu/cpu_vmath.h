@@ -143,28 +143,45 @@ static inline __attribute__((always_inline)) float fl_vm_sigmoid(float x) {
  * whose error is a small part of t's last place (the form m/(2 − m) with m = 1 − e doubled e's error near 1: 2.5
  * ulp; switching at 0.5493, where 2e/(1 + e) is half of t, left 2.25). ±1 past |x| ≈ 9, tanh(-0) = -0, NaN stays
  * NaN. */
-static inline __attribute__((always_inline)) float fl_vm_tanh(float x) {
-    const float a = fabsf(x), a2 = a * a;
-    float p = 7.654416840523481e-4f;
-    p = fmaf(p, a2, -2.7027507312595844e-3f);
-    p = fmaf(p, a2, 5.204496439546347e-3f);
-    p = fmaf(p, a2, -9.80947632342577e-3f);
-    p = fmaf(p, a2, 2.214633673429489e-2f);
-    p = fmaf(p, a2, -5.400605499744415e-2f);
-    p = fmaf(p, a2, 1.333351880311966e-1f);
-    p = fmaf(p, a2, -3.333333432674408e-1f);
-    const float near = fmaf(a * a2, p, a);
-    /* e = e^(−2a) as fl_vm_exp_neg computes it, with −2a clamped at −86.5 (fl_vm_exp_plain's range) instead of −104:
-     * there 2^k is one normal factor (y·2^k is exact as y·2^k1·2^k2 was) and no check for −104 is left. For a > 43.25
-     * e is e^−86.5 ≈ 2.7e-38 instead of a smaller number or 0, and far is 1 either way (2e/(1 + e) < 2^-25). The
-     * same bits for every float (checked over all 2^32 for the AVX2 and AVX-512 loops), ~16% less time on x
-     * [4096, 1024] (docs/performance.md, "tanh and the compute-bound rows (stop 99)"). */
+#define FL_VM_TANH_EDGE 0.9f
+#define FL_VM_TANH_P7 7.654416840523481e-4f
+#define FL_VM_TANH_P6 -2.7027507312595844e-3f
+#define FL_VM_TANH_P5 5.204496439546347e-3f
+#define FL_VM_TANH_P4 -9.80947632342577e-3f
+#define FL_VM_TANH_P3 2.214633673429489e-2f
+#define FL_VM_TANH_P2 -5.400605499744415e-2f
+#define FL_VM_TANH_P1 1.333351880311966e-1f
+#define FL_VM_TANH_P0 -3.333333432674408e-1f
+/* t(a) below the edge (a = |x|) */
+static inline __attribute__((always_inline)) float fl_vm_tanh_near(float a) {
+    const float a2 = a * a;
+    float p = FL_VM_TANH_P7;
+    p = fmaf(p, a2, FL_VM_TANH_P6);
+    p = fmaf(p, a2, FL_VM_TANH_P5);
+    p = fmaf(p, a2, FL_VM_TANH_P4);
+    p = fmaf(p, a2, FL_VM_TANH_P3);
+    p = fmaf(p, a2, FL_VM_TANH_P2);
+    p = fmaf(p, a2, FL_VM_TANH_P1);
+    p = fmaf(p, a2, FL_VM_TANH_P0);
+    return fmaf(a * a2, p, a);
+}
+/* t(a) from the edge on. e = e^(−2a) as fl_vm_exp_neg computes it, with −2a clamped at −86.5 (fl_vm_exp_plain's
+ * range) instead of −104: there 2^k is one normal factor (y·2^k is exact as y·2^k1·2^k2 was) and no check for −104 is
+ * left. For a > 43.25 e is e^−86.5 ≈ 2.7e-38 instead of a smaller number or 0, and t is 1 either way (2e/(1 + e) <
+ * 2^-25). The same bits for every float (checked over all 2^32 for the AVX2 and AVX-512 loops), ~16% less time on x
+ * [4096, 1024] (docs/performance.md, "tanh and the compute-bound rows (stop 99)"). */
+static inline __attribute__((always_inline)) float fl_vm_tanh_far(float a) {
     const float m = -2.0f * a, mc = m >= -86.5f ? m : -86.5f;
     float k;
     int32_t ki;
     const float e = (fl_vm_em1_reduced(mc, &k, &ki) + 1.0f) * fl_vm_pow2i(ki);
-    const float far = 1.0f - (e + e) / (1.0f + e);
-    const float t = a < 0.9f ? near : far;
+    return 1.0f - (e + e) / (1.0f + e);
+}
+/* Both branches for every element and a select (the loops vectorise it so); the AVX-512 map computes each element's
+ * own branch only (cpu_vtanh.h), the same bits. */
+static inline __attribute__((always_inline)) float fl_vm_tanh(float x) {
+    const float a = fabsf(x);
+    const float t = a < FL_VM_TANH_EDGE ? fl_vm_tanh_near(a) : fl_vm_tanh_far(a);
     return x != x ? x : copysignf(t, x);
 }
 
