@@ -423,9 +423,15 @@ static int64_t cv_es(fl_dtype dt) { return dt == FL_F32 ? 4 : 2; }
 /* bf16 declined, by measurement (docs/performance.md, "bf16 conv2d on oneDNN"): a 1×1 kernel (its columns are a
  * strided copy; the primitive's reorders of the image cost more: [32, 64, 32, 32] → 128 at stride 2 took 2.3× the
  * columns' time forward) and a first layer (one group of under 16 channels: oneDNN 2.6's bf16 kernels for so few
- * channels are jit_bf16's, not AMX's, or brgconv's behind a reorder of the image; 1.4× the columns' forward) */
+ * channels are jit_bf16's, not AMX's, or brgconv's behind a reorder of the image; 1.4× the columns' forward). And a
+ * stride past the kernel's size in either dimension: oneDNN 2.6.3's brgconv:avx512_core_amx_bf16 forward there gives
+ * wrong sums (-2.5e37 for 0.0023: 4,672 of 65,536 outputs of [1, 16, 256, 256] → 16, 3×3, stride 4, padding 1, on
+ * one thread) or writes past its buffers (glibc's "munmap_chunk(): invalid pointer" for 2×2 at stride 4 on a 60×60
+ * image) — a sweep of kernels 1-5, strides 1-7, images of 60-256 found no other case and fp32's brgconv right on the
+ * same ones (docs/robustness.md, "bf16 conv2d on oneDNN, and the blocked buffers kept") */
 static bool cv_bf16_declined(fl_dtype dt, int64_t C, int64_t groups, const int64_t geo[10]) {
-    return dt == FL_BF16 && ((geo[0] == 1 && geo[1] == 1) || (groups == 1 && C < 16));
+    return dt == FL_BF16 &&
+           ((geo[0] == 1 && geo[1] == 1) || (groups == 1 && C < 16) || geo[2] > geo[0] || geo[3] > geo[1]);
 }
 
 /* fl_cpu_conv2d's work, the result fp32 or, with y16, bf16 (each fp32 sum, plus the bias, rounded once: declined
