@@ -13,7 +13,8 @@
  * (cpu/cpu_conv.c: no columns; its own order of each output's sum, so not the GEMM's bits), but for a 1×1 kernel at
  * stride 1 without padding, whose columns are the input; since stop 99 its backward too, by oneDNN's backward-data and
  * backward-weights primitives (the device entries conv2d_direct_bwd_*; the bias's gradient with the weight's), each
- * falling back to the columns where the device declines (16-bit operands keep the columns). */
+ * falling back to the columns where the device declines; since stop 100 bf16 too (oneDNN's bf16 primitives: the
+ * fp32 sums in the kernel's order, a bf16 result rounded once), fp16 keeping the columns. */
 #include "nn.h"
 #include "ops.h"
 #include "ops_raw.h"
