@@ -13,7 +13,8 @@
  * (cpu/cpu_conv.c: no columns; its own order of each output's sum, so not the GEMM's bits), but for a 1×1 kernel at
  * stride 1 without padding, whose columns are the input; since stop 99 its backward too, by oneDNN's backward-data and
  * backward-weights primitives (the device entries conv2d_direct_bwd_*; the bias's gradient with the weight's), each
- * falling back to the columns where the device declines (16-bit operands keep the columns). */
+ * falling back to the columns where the device declines; since stop 100 bf16 too (oneDNN's bf16 primitives: the
+ * fp32 sums in the kernel's order, a bf16 result rounded once), fp16 keeping the columns. */
 #include "nn.h"
 #include "ops.h"
 #include "ops_raw.h"
@@ -29,7 +30,7 @@
 #define CC_CHUNK (INT64_C(1) << 19)   /* column elements per chunk */
 #define CC_SUM_RUN 256                /* cpu_internal.h's FL_CPU_SUM_ROWS: the reduction's runs of rows */
 
-typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16, plain_1x1; } cc_ctx;
+typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16, plain_1x1, direct; } cc_ctx;
 
 /* the samples per chunk for columns of ckl elements per sample */
 static int64_t chunk_of(int64_t N, int64_t ckl) {
@@ -141,18 +142,21 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         for (int64_t q = 0; q < N * OC; q++)
             for (int64_t l = 0; l < L; l++) yv[q * L + l] = 0.0f + bv[q % OC];
     }
-    /* fp32: oneDNN's direct convolution where it has one (cpu_conv.c), but for a 1×1 kernel at stride 1 without
-     * padding, whose columns are the input itself (the GEMM alone, faster than the primitive's reorders) */
+    /* fp32 and bf16: oneDNN's direct convolution where it has one (cpu_conv.c), but for a 1×1 kernel at stride 1
+     * without padding, whose columns are the input itself (the GEMM alone, faster than the primitive's reorders).
+     * bf16: the products summed in fp32 into an fp32 result, rounded to bf16 once (where the result is bf16), as the
+     * columns' bf16 GEMM and torch 2.15's mkldnn bf16 conv do; each output's sum in the kernel's order */
     bool direct = false;
     const bool plain_1x1 = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pb == 0 &&
                            g->pl == 0 && g->pr == 0;
-    if (st == FL_OK && numel > 0 && CKL > 0 && dt == FL_F32 && !plain_1x1) {
+    if (st == FL_OK && numel > 0 && CKL > 0 && (dt == FL_F32 || dt == FL_BF16) && !plain_1x1) {
         const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
         const fl_device *cpu = fl_cpu_device();
-        fl_tensor *wc = NULL, *w4 = NULL;   /* the weight operand (fp32) back in w's shape, [OC, C/groups, kh, kw] */
+        fl_tensor *wc = NULL, *w4 = NULL;   /* the weight operand (dt) back in w's shape, [OC, C/groups, kh, kw] */
         if (cpu->conv2d_direct) st = fl_tensor_contiguous(&wc, a);
         if (st == FL_OK && wc) st = fl_tensor_reshape(&w4, wc, 4, w->shape);
-        /* the bias added by the entry as below, one fp32 addition, in its copy out of the kernel's layout */
+        /* the bias added by the entry as below, one fp32 addition, in its copy out of the kernel's layout (a bf16
+         * result rounded there) */
         if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, bc, groups, geo, &direct);
         fl_tensor_release(w4);
         fl_tensor_release(wc);
@@ -195,7 +199,7 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     if (!fl_any_requires_grad(b ? 3 : 2, ins)) return FL_OK;
     cc_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "conv2d_cols: out of memory"); }
-    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32, plain_1x1 };
+    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32, plain_1x1, direct };
     fl_node *nd = NULL;
     st = fl_autograd_record(out, &nd, "ConvolutionBackward", cc_bwd, b ? 3 : 2, ins);
     if (st != FL_OK) { free(c); return st; }
@@ -220,14 +224,20 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const fl_dtype gdt = c->bwd16 ? dt : FL_F32, cdt = c->bwd16 ? dt : FL_DTYPE_COUNT;
     const int es = fl_format(dt)->bits / 8;
     const int64_t nb = chunk_of(N, CKL);
-    /* fp32 where the forward took oneDNN's direct convolution by the rules (not a 1×1 kernel at stride 1 without
-     * padding, whose columns are the input): its backward-data and backward-weights primitives (the bias's gradient
-     * with the weight's), each falling back to the columns below where the device declines */
+    /* fp32, and bf16 with bwd16, where the forward took oneDNN's direct convolution by the rules (not a 1×1 kernel
+     * at stride 1 without padding, whose columns are the input): its backward-data and backward-weights primitives
+     * (fp32: the bias's gradient with the weight's; bf16: the output gradient rounded to bf16 once, as the columns'
+     * GEMMs read it, the products summed in fp32 into fp32 gradients, the bias's the fp32 gradient's sum as below),
+     * each falling back to the columns below where the device declines */
     const fl_device *cpu = fl_cpu_device();
-    const bool try_direct = dt == FL_F32 && !c->plain_1x1 && CKL > 0 && N > 0 && OC > 0;
+    /* (bf16 where the forward ran direct: the device declines the rest, whose output gradient would be rounded to
+     * bf16 for nothing) */
+    const bool try_direct = (dt == FL_F32 || (dt == FL_BF16 && c->bwd16 && c->direct)) && !c->plain_1x1 && CKL > 0 &&
+                            N > 0 && OC > 0;
     const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
     bool dx_direct = false, dw_direct = false;
     fl_tensor *hg = NULL, *xc = NULL, *aw = NULL, *at = NULL, *cols = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+    fl_tensor *hd = NULL;   /* the output gradient as the direct route reads it: hg, or rounded to bf16 */
     double *acc = NULL, *run = NULL;
     fl_status st = fl_tensor_contiguous(&hg, gy);
     if (st == FL_OK && hg->dtype != FL_F32) {   /* (gradients come fp32; in case one does not) */
@@ -236,11 +246,13 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         fl_tensor_release(hg);
         hg = f;
     }
+    if (st == FL_OK && try_direct && (need_x || need_w))
+        st = dt == FL_F32 ? (hd = fl_tensor_retain(hg), FL_OK) : fl_tensor_to(&hd, hg, dt);
     if (st == FL_OK && need_x && try_direct && cpu->conv2d_direct_bwd_data) {
         fl_tensor *wc = NULL;
         st = fl_tensor_contiguous(&wc, w);
         if (st == FL_OK) st = fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
-        if (st == FL_OK) st = cpu->conv2d_direct_bwd_data(dx, hg, wc, gr, geo, &dx_direct);
+        if (st == FL_OK) st = cpu->conv2d_direct_bwd_data(dx, hd, wc, gr, geo, &dx_direct);
         if (st == FL_OK && !dx_direct) memset(fl_tensor_data(dx), 0, (size_t)(N * C * H * W) * sizeof(float));
         fl_tensor_release(wc);
     } else if (st == FL_OK && need_x) {
@@ -250,8 +262,8 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     if (st == FL_OK && need_w && try_direct && cpu->conv2d_direct_bwd_weights) {
         const int64_t b1[1] = { OC };
         st = fl_tensor_empty(&dw, FL_F32, 4, w->shape, FL_DEV_CPU);
-        if (st == FL_OK && need_b) st = fl_tensor_empty(&db, FL_F32, 1, b1, FL_DEV_CPU);
-        if (st == FL_OK) st = cpu->conv2d_direct_bwd_weights(dw, db, xc, hg, gr, geo, &dw_direct);
+        if (st == FL_OK && need_b && dt == FL_F32) st = fl_tensor_empty(&db, FL_F32, 1, b1, FL_DEV_CPU);
+        if (st == FL_OK) st = cpu->conv2d_direct_bwd_weights(dw, db, xc, hd, gr, geo, &dw_direct);
         if (!dw_direct) {
             fl_tensor_release(dw); fl_tensor_release(db);
             dw = db = NULL;
@@ -337,7 +349,7 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     }
     free(acc);
     free(run);
-    fl_tensor_release(hg); fl_tensor_release(xc); fl_tensor_release(aw); fl_tensor_release(at);
+    fl_tensor_release(hg); fl_tensor_release(hd); fl_tensor_release(xc); fl_tensor_release(aw); fl_tensor_release(at);
     fl_tensor_release(cols);
     if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
     gin[0] = dx;

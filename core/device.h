@@ -61,15 +61,17 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     X(norm_rescue_bwd, (fl_tensor *gr, fl_tensor *gx, const fl_tensor *g, const fl_tensor *scale,                 \
                         const fl_tensor *x, uint32_t mask, double p))                                              \
     /* conv2d's forward without columns (core/conv_cols.c): y [N, OC, oh, ow] = x [N, C, H, W] convolved with       \
-     * w [OC, C/groups, kh, kw], plus b [OC] where b is given (one fp32 addition to each sum), all fp32 and          \
-     * contiguous; geo = { kh, kw, sh, sw, dh, dw, pt, pb, pl, pr }. Its own order of each output's sum. *ran false   \
-     * and nothing written where the device declines the geometry: the caller makes columns. NULL entry: the        \
-     * columns always (the CPU's: oneDNN, core/cpu/cpu_conv.c). */                                                 \
+     * w [OC, C/groups, kh, kw] (one dtype, fp32 or bf16), plus b [OC] (fp32) where b is given (one fp32 addition    \
+     * to each sum), all contiguous; y fp32, or bf16 for bf16 operands (each fp32 sum rounded once);                 \
+     * geo = { kh, kw, sh, sw, dh, dw, pt, pb, pl, pr }. Its own order of each output's fp32 sum. *ran false and     \
+     * nothing written where the device declines the geometry or the dtypes: the caller makes columns. NULL entry:  \
+     * the columns always (the CPU's: oneDNN, core/cpu/cpu_conv.c). */                                               \
     X(conv2d_direct, (fl_tensor *y, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b, int64_t groups,    \
                       const int64_t *geo, bool *ran))                                                              \
-    /* Its gradients, the same way: dx [N, C, H, W] (every element written) from dy [N, OC, oh, ow] and w; dw       \
-     * [OC, C/groups, kh, kw] and, where db [OC] is given, the bias's, from x and dy, summed over the batch in the  \
-     * device's order. *ran false and nothing written where it declines: the caller's columns. */                  \
+    /* Its gradients, the same way: dx [N, C, H, W] (fp32, every element written) from dy [N, OC, oh, ow] and w     \
+     * (one dtype, fp32 or bf16); dw [OC, C/groups, kh, kw] (fp32) and, where db [OC] (fp32) is given, the bias's,   \
+     * from x and dy, summed over the batch in the device's order. *ran false and nothing written where it          \
+     * declines: the caller's columns. */                                                                           \
     X(conv2d_direct_bwd_data, (fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, int64_t groups,             \
                                const int64_t *geo, bool *ran))                                                     \
     X(conv2d_direct_bwd_weights, (fl_tensor *dw, fl_tensor *db, const fl_tensor *x, const fl_tensor *dy,           \

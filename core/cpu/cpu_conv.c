@@ -1,16 +1,19 @@
-/* cpu_conv.c — conv2d's fp32 forward and backward by oneDNN's convolution primitives (cpu_conv.h): the forward, the
- * input's gradient (backward data) and the weight's with the bias's (backward weights). The columns route
- * (core/conv_cols.c: im2col, then a GEMM; col2im backward) writes and reads C·kh·kw values per output position; the
- * direct kernels read the image in place, in the layout they choose (brgconv on AVX-512: NHWC; other kernels nChw16c /
- * nChw8c), as torch 2.15's CPU conv does (its mkldnn route); a first layer (one group of under 16 channels) reads its
- * NCHW input as it is, by the first-layer kernel (cv_make). The operands are reordered into that layout each call, the
- * result copied out of it (unblock, faster than oneDNN 2.6's reorder; an unknown layout or the weight's gradient by
- * that reorder); a few samples at a time (about 16 MiB of input and output a chunk), so the blocked copies stay
- * bounded and Ctrl-C is polled between chunks (the weight's and bias's gradients: each chunk's summed in double, in
- * chunk order, rounded once). Primitives (the convolution and its three reorders) are kept per geometry and kind in
- * a small LRU cache. */
+/* cpu_conv.c — conv2d's forward and backward by oneDNN's convolution primitives (cpu_conv.h): the forward, the
+ * input's gradient (backward data) and the weight's with the bias's (backward weights), of fp32 operands or (since
+ * stop 100) bf16 ones: the operands read in bf16, each sum of exact products kept in fp32 by the kernel and written
+ * fp32 (the gradients), or rounded to bf16 once in the copy out (a bf16 result), as torch 2.15's mkldnn bf16 conv.
+ * The columns route (core/conv_cols.c: im2col, then a GEMM; col2im backward) writes and reads C·kh·kw values per
+ * output position; the direct kernels read the image in place, in the layout they choose (brgconv on AVX-512: NHWC;
+ * other kernels nChw16c / nChw8c), as torch 2.15's CPU conv does (its mkldnn route); a first layer (one group of under
+ * 16 channels) reads its NCHW input as it is, by the first-layer kernel (cv_make). The operands are reordered into
+ * that layout each call, the result copied out of it (unblock, faster than oneDNN 2.6's reorder; an unknown layout or
+ * the weight's gradient by that reorder); a few samples at a time (about 16 MiB of input and output a chunk), so the
+ * blocked copies stay bounded and Ctrl-C is polled between chunks (the weight's and bias's gradients: each chunk's
+ * summed in double, in chunk order, rounded once). Primitives (the convolution and its three reorders) are kept per
+ * geometry, kind and dtype in a small LRU cache; the blocked copies' buffers between calls (cv_arena). */
 #include "cpu_internal.h"
 #include "cpu_conv.h"
+#include "half_cvt.h"
 #include <dnnl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +24,9 @@
 /* the primitive's kind: the forward, the input's gradient, the weight's (with the bias's: CV_BWD_WB) */
 enum { CV_FWD, CV_BWD_D, CV_BWD_W, CV_BWD_WB };
 
-typedef struct { int64_t n, c, h, w, oc, groups, geo[10], kind; } cv_key;
+/* dt: the operands read (the input, the weight, the output's gradient): FL_F32 or FL_BF16; the operand written is
+ * fp32 either way */
+typedef struct { int64_t n, c, h, w, oc, groups, geo[10], kind, dt; } cv_key;
 
 typedef struct {
     cv_key key;
@@ -63,17 +68,20 @@ static dnnl_status_t reorder_of(dnnl_primitive_t *out, const dnnl_memory_desc_t 
 
 /* the primitive descriptor of k's kind with src (the input, or its gradient) in the layout *src (the plain one, or
  * format_tag_any's), the rest left to oneDNN; a backward one with a forward-training descriptor as its hint, as
- * oneDNN asks. NULL where oneDNN refuses the geometry. */
+ * oneDNN asks, of the operands read's dtype throughout (hsrc, hany: a bf16 forward where the gradients are fp32).
+ * NULL where oneDNN refuses the geometry. */
 static dnnl_primitive_desc_t cv_pd(const cv_key *k, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *any,
+                                   const dnnl_memory_desc_t *hsrc, const dnnl_memory_desc_t *hany,
                                    const dnnl_memory_desc_t *bias, dnnl_engine_t eng) {
     const int64_t *q = k->geo;
     dnnl_dims_t strides = { q[2], q[3] }, dil = { q[4] - 1, q[5] - 1 }, pl = { q[6], q[8] }, pr = { q[7], q[9] };
     const bool wb = k->kind == CV_BWD_WB;
     dnnl_convolution_desc_t fd, cd;
     dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    const bool fwd = k->kind == CV_FWD;
     dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(
-        &fd, k->kind == CV_FWD ? dnnl_forward_inference : dnnl_forward_training, dnnl_convolution_direct, src, &any[1],
-        wb ? bias : NULL, &any[2], strides, dil, pl, pr);
+        &fd, fwd ? dnnl_forward_inference : dnnl_forward_training, dnnl_convolution_direct, fwd ? src : hsrc,
+        fwd ? &any[1] : &hany[1], wb ? bias : NULL, fwd ? &any[2] : &hany[2], strides, dil, pl, pr);
     if (s != dnnl_success) return NULL;
     if (k->kind == CV_FWD) return dnnl_primitive_desc_create(&pd, &fd, NULL, eng, NULL) == dnnl_success ? pd : NULL;
     if (dnnl_primitive_desc_create(&hint, &fd, NULL, eng, NULL) != dnnl_success) return NULL;
@@ -100,26 +108,35 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
     const int64_t ow = (k->w + q[8] + q[9] - (q[5] * (q[1] - 1) + 1)) / q[3] + 1;
     dnnl_dims_t sd = { k->n, k->c, k->h, k->w }, dd = { k->n, k->oc, oh, ow }, bd = { k->oc };
     dnnl_dims_t wd = { g, k->oc / g, k->c / g, q[0], q[1] }, w1 = { k->oc, k->c, q[0], q[1] };
-    dnnl_memory_desc_t any[3];
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[0], 4, sd, dnnl_f32, dnnl_nchw));
-    if (g == 1) CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 4, w1, dnnl_f32, dnnl_oihw));
-    else CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 5, wd, dnnl_f32, dnnl_goihw));
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[2], 4, dd, dnnl_f32, dnnl_nchw));
+    dnnl_memory_desc_t any[3], hany[3], hsrc;   /* hany, hsrc: the backward's hint's, every operand in dt */
+    /* bf16: the operands read in bf16, the one written (the forward's result, a gradient) in fp32: the products
+     * exact, summed in fp32 by the kernel, rounded (to bf16, where the caller wants it) once after */
+    dnnl_data_type_t ty[3];
+    for (int i = 0; i < 3; i++) ty[i] = i == e->out || k->dt == FL_F32 ? dnnl_f32 : dnnl_bf16;
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[0], 4, sd, ty[0], dnnl_nchw));
+    if (g == 1) CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 4, w1, ty[1], dnnl_oihw));
+    else CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 5, wd, ty[1], dnnl_goihw));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[2], 4, dd, ty[2], dnnl_nchw));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[6], 1, bd, dnnl_f32, dnnl_a));
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&any[0], 4, sd, dnnl_f32, dnnl_format_tag_any));
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&any[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, dnnl_f32, dnnl_format_tag_any));
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&any[2], 4, dd, dnnl_f32, dnnl_format_tag_any));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&any[0], 4, sd, ty[0], dnnl_format_tag_any));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&any[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, ty[1], dnnl_format_tag_any));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&any[2], 4, dd, ty[2], dnnl_format_tag_any));
+    const dnnl_data_type_t hty = k->dt == FL_F32 ? dnnl_f32 : dnnl_bf16;
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&hsrc, 4, sd, hty, dnnl_nchw));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[0], 4, sd, hty, dnnl_format_tag_any));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, hty, dnnl_format_tag_any));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[2], 4, dd, hty, dnnl_format_tag_any));
     /* a first layer (one group of fewer than 16 channels: an image's 1-4) asks first for its input as it is, NCHW:
      * oneDNN's direct kernels for so few channels (jit:avx512_core's or jit:avx2's first-layer kernel) read NCHW in
      * place and write blocked channels, as torch 2.15's mkldnn route does for such a layer; the layouts left to the
      * primitive (format_tag_any) gave brgconv in NHWC, the input reordered each call, slower (docs/performance.md,
      * "conv2d's first layer"). The weight's gradient the same way (oneDNN's first-layer backward-weights kernel reads
-     * NCHW too); a first layer's input gradient is the columns' (fl_cpu_conv2d_f32_bwd_data declines it). A fixed
+     * NCHW too); a first layer's input gradient is the columns' (fl_cpu_conv2d_bwd_data declines it). A fixed
      * rule by geometry, not a timing: a geometry always takes the same kernel. */
     const bool first = g == 1 && k->c < 16 && k->kind != CV_BWD_D;
     const char *impl = NULL;
     for (int t = first ? 0 : 1; t < 2 && !pd; t++) {
-        pd = cv_pd(k, t ? &any[0] : &e->md[0], any, &e->md[6], eng);
+        pd = cv_pd(k, t ? &any[0] : &e->md[0], any, t ? &hany[0] : &hsrc, hany, &e->md[6], eng);
         impl = NULL;
         if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = NULL;
         /* declined: the GEMM-based kernels make columns as conv_cols.c does (slower here), the reference ones are
@@ -183,9 +200,38 @@ static fl_status cv_get(cv_entry **out, const cv_key *k, dnnl_engine_t eng) {
     return FL_OK;
 }
 
-static void *cv_alloc(const dnnl_memory_desc_t *md) {
+/* The blocked copies (the operands in the kernel's layouts): one buffer per operand kept between calls, grown to the
+ * largest chunk asked (a chunk's input and output are about 16 MiB), where each call allocated and freed them (the
+ * pages of a fresh allocation faulted in again each call). Used under fl_cpu_dnnl_acquire's lock, as the cache, so
+ * one set serves every thread; a set past CV_ARENA_KEEP bytes (a single sample past the chunk's size) is freed after
+ * the call that needed it, and the set at exit (cv_arena_free). */
+#define CV_ARENA_KEEP (INT64_C(64) << 20)
+static struct { void *p[3]; size_t n[3]; bool hooked; } cv_arena;
+
+static void cv_arena_free(void) {
+    for (int i = 0; i < 3; i++) {
+        free(cv_arena.p[i]);
+        cv_arena.p[i] = NULL;
+        cv_arena.n[i] = 0;
+    }
+}
+
+/* operand i's buffer of at least md's size, NULL where memory ran out */
+static void *cv_buffer(int i, const dnnl_memory_desc_t *md) {
     size_t n = (dnnl_memory_desc_get_size(md) + 63) / 64 * 64;
-    return aligned_alloc(64, n ? n : 64);
+    if (!n) n = 64;
+    if (cv_arena.n[i] >= n) return cv_arena.p[i];
+    if (!cv_arena.hooked) cv_arena.hooked = atexit(cv_arena_free) == 0;
+    free(cv_arena.p[i]);
+    cv_arena.n[i] = 0;
+    if (!(cv_arena.p[i] = aligned_alloc(64, n))) return NULL;
+    cv_arena.n[i] = n;
+    return cv_arena.p[i];
+}
+
+/* after a call: the set freed where it grew past CV_ARENA_KEEP */
+static void cv_arena_trim(void) {
+    if ((int64_t)(cv_arena.n[0] + cv_arena.n[1] + cv_arena.n[2]) > CV_ARENA_KEEP) cv_arena_free();
 }
 
 /* one execution of p with two to four memories */
@@ -198,22 +244,87 @@ static fl_status cv_exec(dnnl_primitive_t p, dnnl_stream_t str, int n, const int
                                               (int)s);
 }
 
+/* r[i] (16 floats) = column i of the 16×16 tile whose rows r held: four rounds of shuffles */
+FL_CPU_AVX512 static inline void tr16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xDD);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+}
+
+/* fl_f32_to_bf16_bits on 16 lanes (the same bits: RNE, a NaN kept quiet) */
+FL_CPU_AVX512 static inline __m256i bf16x16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                   _mm512_set1_epi32(0x7F800000));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/* unblock's full tiles on AVX-512 (bs a multiple of 16): 16 positions × 16 channels read as 16 rows, transposed in
+ * registers, written as 16 runs of a channel's plane (the bias added, or rounded to bf16, as the loop below does);
+ * the same values as the loop (a copy, one fp32 addition, one rounding). Returns the positions done (a multiple of
+ * 16): the caller's loop does the rest. */
+FL_CPU_AVX512 static int64_t unblock_tiles(float *dst, uint16_t *d16, const float *src, const float *bias, int64_t nc,
+                                           int64_t hw, int64_t bs) {
+    const int64_t lt = hw / 16 * 16;
+    for (int64_t l0 = 0; l0 < lt; l0 += 16)
+        for (int64_t j0 = 0; j0 < nc; j0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (l0 + i) * bs + j0);
+            tr16(r);
+            for (int i = 0; i < 16; i++) {
+                const __m512 v = bias ? _mm512_add_ps(r[i], _mm512_set1_ps(bias[j0 + i])) : r[i];
+                if (d16) _mm256_storeu_si256((__m256i *)(d16 + (j0 + i) * hw + l0), bf16x16(v));
+                else _mm512_storeu_ps(dst + (j0 + i) * hw + l0, v);
+            }
+        }
+    return lt;
+}
+
 /* y [m, oc, hw] from b, its blocks of bs channels ([m, ⌈oc/bs⌉, hw, bs], the last block's spare channels skipped;
  * NHWC is one block of oc), plus bias[channel] where bias is given (the forward's: one fp32 addition, as conv_cols.c
  * added it after): a copy, 16 positions of a block at a time (16 rows of bs channels read, 16 floats of each channel's
- * plane written), where oneDNN 2.6's reorder ran it at about a third of the memory's speed */
-static void unblock(float *y, const float *b, const float *bias, int64_t m, int64_t oc, int64_t hw, int64_t bs) {
+ * plane written), where oneDNN 2.6's reorder ran it at about a third of the memory's speed. Where y16 is given the
+ * values are rounded to bf16 there instead (fl_f32_to_bf16_bits: the cast's rounding, RNE, NaN kept quiet; a bf16
+ * result rounded once). */
+static void unblock(float *y, uint16_t *y16, const float *b, const float *bias, int64_t m, int64_t oc, int64_t hw,
+                    int64_t bs) {
     const int64_t nbk = (oc + bs - 1) / bs;
+    /* tiles where each block's channels are all there (nChw16c with oc a multiple of 16, or NHWC of such oc) */
+    const bool tiles = bs % 16 == 0 && oc % 16 == 0 && fl_cpu_avx512();
     #pragma omp parallel for collapse(2) schedule(static) if (m * oc * hw >= (INT64_C(1) << 16))
     for (int64_t n = 0; n < m; n++)
         for (int64_t cb = 0; cb < nbk; cb++) {
             const float *src = b + (n * nbk + cb) * hw * bs;
             const int64_t nc = oc - cb * bs < bs ? oc - cb * bs : bs;
-            float *dst = y + (n * oc + cb * bs) * hw;
-            for (int64_t l0 = 0; l0 < hw; l0 += 16) {
+            float *dst = y16 ? NULL : y + (n * oc + cb * bs) * hw;
+            uint16_t *d16 = y16 ? y16 + (n * oc + cb * bs) * hw : NULL;
+            const int64_t done = tiles ? unblock_tiles(dst, d16, src, bias ? bias + cb * bs : NULL, nc, hw, bs) : 0;
+            for (int64_t l0 = done; l0 < hw; l0 += 16) {
                 const int64_t le = hw - l0 < 16 ? hw - l0 : 16;
                 for (int64_t j = 0; j < nc; j++) {
-                    if (bias) {
+                    if (d16 && bias) {
+                        const float bj = bias[cb * bs + j];
+                        for (int64_t l = l0; l < l0 + le; l++) d16[j * hw + l] = fl_f32_to_bf16_bits(src[l * bs + j] + bj);
+                    } else if (d16) {
+                        for (int64_t l = l0; l < l0 + le; l++) d16[j * hw + l] = fl_f32_to_bf16_bits(src[l * bs + j]);
+                    } else if (bias) {
                         const float bj = bias[cb * bs + j];
                         for (int64_t l = l0; l < l0 + le; l++) dst[j * hw + l] = src[l * bs + j] + bj;
                     } else {
@@ -225,11 +336,12 @@ static void unblock(float *y, const float *b, const float *bias, int64_t m, int6
 }
 
 /* m samples by e's primitives: user = { src, weights, dst } in the plain layouts (the written one e->out), db the
- * bias's gradient (CV_BWD_WB), bias the forward's bias where unblock adds it (*biased: it did) */
+ * bias's gradient (CV_BWD_WB), bias the forward's bias where unblock adds it (*biased: it did); y16: the written
+ * operand is bf16 there, rounded by unblock (e->blk set: the caller checked) */
 static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void *const user[3], float *db,
-                        const float *bias, bool *biased) {
+                        const float *bias, bool *biased, bool y16) {
     fl_status st = FL_OK;
-    void *buf[3] = { NULL, NULL, NULL };
+    void *buf[3] = { NULL, NULL, NULL };   /* cv_arena's */
     dnnl_memory_t plain[3] = { NULL, NULL, NULL }, kern[3] = { NULL, NULL, NULL }, mb = NULL;
     const int o = e->out;
     for (int i = 0; i < 3 && st == FL_OK; i++) {
@@ -238,7 +350,7 @@ static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void 
             break;
         }
         if (!e->re[i] && !(i == o && e->blk)) { kern[i] = plain[i]; continue; }
-        if (!(buf[i] = cv_alloc(&e->md[3 + i]))) {
+        if (!(buf[i] = cv_buffer(i, &e->md[3 + i]))) {
             st = FL_ERR(FL_ENOMEM, "conv2d: out of memory for oneDNN's blocked copy (%zu bytes)",
                         dnnl_memory_desc_get_size(&e->md[3 + i]));
             break;
@@ -263,13 +375,12 @@ static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void 
     *biased = false;
     if (st == FL_OK && e->blk) {
         const dnnl_dim_t *d = e->md[o].dims;
-        unblock(user[o], buf[o], bias, d[0], d[1], d[2] * d[3], e->blk);
+        unblock(y16 ? NULL : user[o], y16 ? user[o] : NULL, buf[o], bias, d[0], d[1], d[2] * d[3], e->blk);
         *biased = bias != NULL;
     }
     for (int i = 0; i < 3; i++) {
         if (kern[i] && kern[i] != plain[i]) dnnl_memory_destroy(kern[i]);
         if (plain[i]) dnnl_memory_destroy(plain[i]);
-        free(buf[i]);
     }
     if (mb) dnnl_memory_destroy(mb);
     return st;
@@ -288,14 +399,15 @@ static bool cv_wide_padding(int64_t H, int64_t W, const int64_t geo[10]) {
 
 /* the primitives of kind for a whole chunk of *nb samples and for the last one (e[1]), both asked before anything is
  * written; *ok where oneDNN has a direct kernel for both */
-static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, int64_t N, int64_t C, int64_t H,
-                           int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh, int64_t ow,
-                           dnnl_engine_t eng) {
+static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, fl_dtype dt, int64_t N, int64_t C,
+                           int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                           int64_t ow, dnnl_engine_t eng) {
     const int64_t per = C * H * W + OC * oh * ow;   /* a sample's input and output elements */
     int64_t b = CV_CHUNK / (per > 0 ? per : 1);
     b = b < 1 ? 1 : b > N ? N : b;
     *nb = b;
-    cv_key k[2] = { { b, C, H, W, OC, groups, { 0 }, kind }, { N % b ? N % b : b, C, H, W, OC, groups, { 0 }, kind } };
+    cv_key k[2] = { { b, C, H, W, OC, groups, { 0 }, kind, dt },
+                    { N % b ? N % b : b, C, H, W, OC, groups, { 0 }, kind, dt } };
     memcpy(k[0].geo, geo, sizeof k[0].geo);
     memcpy(k[1].geo, geo, sizeof k[1].geo);
     e[0] = e[1] = NULL;
@@ -305,25 +417,48 @@ static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, int6
     return st;
 }
 
-fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, const float *bias, int64_t N, int64_t C,
-                            int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
-                            int64_t ow, bool *ran) {
+/* the bytes of an operand read in dt */
+static int64_t cv_es(fl_dtype dt) { return dt == FL_F32 ? 4 : 2; }
+
+/* bf16 declined, by measurement (docs/performance.md, "bf16 conv2d on oneDNN"): a 1×1 kernel (its columns are a
+ * strided copy; the primitive's reorders of the image cost more: [32, 64, 32, 32] → 128 at stride 2 took 2.3× the
+ * columns' time forward) and a first layer (one group of under 16 channels: oneDNN 2.6's bf16 kernels for so few
+ * channels are jit_bf16's, not AMX's, or brgconv's behind a reorder of the image; 1.4× the columns' forward). And a
+ * stride past the kernel's size in either dimension: oneDNN 2.6.3's brgconv:avx512_core_amx_bf16 forward there gives
+ * wrong sums (-2.5e37 for 0.0023: 4,672 of 65,536 outputs of [1, 16, 256, 256] → 16, 3×3, stride 4, padding 1, on
+ * one thread) or writes past its buffers (glibc's "munmap_chunk(): invalid pointer" for 2×2 at stride 4 on a 60×60
+ * image) — a sweep of kernels 1-5, strides 1-7, images of 60-256 found no other case and fp32's brgconv right on the
+ * same ones (docs/robustness.md, "bf16 conv2d on oneDNN, and the blocked buffers kept") */
+static bool cv_bf16_declined(fl_dtype dt, int64_t C, int64_t groups, const int64_t geo[10]) {
+    return dt == FL_BF16 &&
+           ((geo[0] == 1 && geo[1] == 1) || (groups == 1 && C < 16) || geo[2] > geo[0] || geo[3] > geo[1]);
+}
+
+/* fl_cpu_conv2d's work, the result fp32 or, with y16, bf16 (each fp32 sum, plus the bias, rounded once: declined
+ * where the kernel's layout is not one unblock copies) */
+static fl_status cv_forward(void *y, bool y16, const void *x, const void *w, const float *bias, fl_dtype dt, int64_t N,
+                            int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
+                            int64_t oh, int64_t ow, bool *ran) {
     *ran = false;
-    if (cv_wide_padding(H, W, geo)) return FL_OK;
+    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, C, groups, geo) || cv_wide_padding(H, W, geo))
+        return FL_OK;
+    const int64_t es = cv_es(dt);
     void *ve, *vs;
     FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
     cv_entry *e[2];
     int64_t nb;
     bool ok, biased = false;
-    fl_status st = cv_chunks(e, &nb, &ok, CV_FWD, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    fl_status st = cv_chunks(e, &nb, &ok, CV_FWD, dt, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    if (ok && y16 && (!e[0]->blk || !e[1]->blk)) ok = false;
     if (ok) {
         *ran = true;
         for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
-            void *const user[3] = { (void *)(x + n0 * C * H * W), (void *)w, y + n0 * OC * oh * ow };
+            void *const user[3] = { (char *)x + n0 * C * H * W * es, (void *)w,
+                                    (char *)y + n0 * OC * oh * ow * (y16 ? 2 : 4) };
             st = fl_check_interrupt();
-            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, NULL, bias, &biased);
+            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, NULL, bias, &biased, y16);
             if (st == FL_OK && bias && !biased) {   /* (a layout oneDNN's reorder copied back: the bias after) */
-                float *yv = y + n0 * OC * oh * ow;
+                float *yv = (float *)y + n0 * OC * oh * ow;
                 const int64_t m = N - n0 < nb ? N - n0 : nb, L = oh * ow;
                 for (int64_t q = 0; q < m * OC; q++) {
                     const float bq = bias[q % OC];
@@ -332,14 +467,23 @@ fl_status fl_cpu_conv2d_f32(float *y, const float *x, const float *w, const floa
             }
         }
     }
+    cv_arena_trim();
     fl_cpu_dnnl_release();
     return st;
 }
 
-fl_status fl_cpu_conv2d_f32_bwd_data(float *dx, const float *dy, const float *w, int64_t N, int64_t C, int64_t H,
-                                     int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
-                                     int64_t ow, bool *ran) {
+fl_status fl_cpu_conv2d(float *y, const void *x, const void *w, const float *bias, fl_dtype dt, int64_t N, int64_t C,
+                        int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                        int64_t ow, bool *ran) {
+    return cv_forward(y, false, x, w, bias, dt, N, C, H, W, OC, groups, geo, oh, ow, ran);
+}
+
+fl_status fl_cpu_conv2d_bwd_data(float *dx, const void *dy, const void *w, fl_dtype dt, int64_t N, int64_t C,
+                                 int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                                 int64_t ow, bool *ran) {
     *ran = false;
+    if (dt != FL_F32 && dt != FL_BF16) return FL_OK;
+    const int64_t es = cv_es(dt);
     /* declined, by measurement (docs/performance.md, "conv2d's backward by oneDNN"): a 1×1 kernel (jit_1x1's
      * reorders of the image cost more than the columns' GEMM: 1.2-1.35× their time) and a first layer's (one group
      * of under 16 channels: oneDNN's blocked input gradient of 3 channels took 2× the columns' time) */
@@ -349,23 +493,26 @@ fl_status fl_cpu_conv2d_f32_bwd_data(float *dx, const float *dy, const float *w,
     cv_entry *e[2];
     int64_t nb;
     bool ok, biased;
-    fl_status st = cv_chunks(e, &nb, &ok, CV_BWD_D, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    fl_status st = cv_chunks(e, &nb, &ok, CV_BWD_D, dt, N, C, H, W, OC, groups, geo, oh, ow, ve);
     if (ok) {
         *ran = true;
         for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
-            void *const user[3] = { dx + n0 * C * H * W, (void *)w, (void *)(dy + n0 * OC * oh * ow) };
+            void *const user[3] = { dx + n0 * C * H * W, (void *)w, (char *)dy + n0 * OC * oh * ow * es };
             st = fl_check_interrupt();
-            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, NULL, NULL, &biased);
+            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, NULL, NULL, &biased, false);
         }
     }
+    cv_arena_trim();
     fl_cpu_dnnl_release();
     return st;
 }
 
-fl_status fl_cpu_conv2d_f32_bwd_weights(float *dw, float *db, const float *x, const float *dy, int64_t N, int64_t C,
-                                        int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
-                                        int64_t oh, int64_t ow, bool *ran) {
+fl_status fl_cpu_conv2d_bwd_weights(float *dw, float *db, const void *x, const void *dy, fl_dtype dt, int64_t N,
+                                    int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
+                                    int64_t oh, int64_t ow, bool *ran) {
     *ran = false;
+    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, C, groups, geo)) return FL_OK;
+    const int64_t es = cv_es(dt);
     /* declined, by measurement: a 1×1 kernel (as the input's gradient) */
     if ((geo[0] == 1 && geo[1] == 1) || cv_wide_padding(H, W, geo)) return FL_OK;
     void *ve, *vs;
@@ -373,7 +520,7 @@ fl_status fl_cpu_conv2d_f32_bwd_weights(float *dw, float *db, const float *x, co
     cv_entry *e[2];
     int64_t nb;
     bool ok, biased;
-    fl_status st = cv_chunks(e, &nb, &ok, db ? CV_BWD_WB : CV_BWD_W, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    fl_status st = cv_chunks(e, &nb, &ok, db ? CV_BWD_WB : CV_BWD_W, dt, N, C, H, W, OC, groups, geo, oh, ow, ve);
     const int64_t wn = OC * (C / groups) * geo[0] * geo[1], nv = wn + (db ? OC : 0);
     float *part = NULL;     /* a chunk's gradients (the weight's, then the bias's) where there are several chunks */
     double *acc = NULL;     /* their sum, in chunk order */
@@ -387,9 +534,9 @@ fl_status fl_cpu_conv2d_f32_bwd_weights(float *dw, float *db, const float *x, co
         *ran = true;
         for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
             float *pw = part ? part : dw, *pb = part ? part + wn : db;
-            void *const user[3] = { (void *)(x + n0 * C * H * W), pw, (void *)(dy + n0 * OC * oh * ow) };
+            void *const user[3] = { (char *)x + n0 * C * H * W * es, pw, (char *)dy + n0 * OC * oh * ow * es };
             st = fl_check_interrupt();
-            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, pb, NULL, &biased);
+            if (st == FL_OK) st = cv_run(e[N - n0 < nb], ve, vs, user, pb, NULL, &biased, false);
             if (st == FL_OK && part)
                 for (int64_t j = 0; j < nv; j++) acc[j] += (double)part[j];
         }
@@ -400,16 +547,18 @@ fl_status fl_cpu_conv2d_f32_bwd_weights(float *dw, float *db, const float *x, co
     }
     free(part);
     free(acc);
+    cv_arena_trim();
     fl_cpu_dnnl_release();
     return st;
 }
 
-fl_status fl_cpu_conv2d_f32_route(bool *direct, bool *in_place, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC,
-                                  int64_t groups, const int64_t geo[10]) {
+fl_status fl_cpu_conv2d_route(bool *direct, bool *in_place, fl_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W,
+                              int64_t OC, int64_t groups, const int64_t geo[10]) {
     *direct = *in_place = false;
+    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, C, groups, geo)) return FL_OK;
     void *ve, *vs;
     FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
-    cv_key k = { N, C, H, W, OC, groups, { 0 }, CV_FWD };
+    cv_key k = { N, C, H, W, OC, groups, { 0 }, CV_FWD, dt };
     memcpy(k.geo, geo, sizeof k.geo);
     cv_entry *e = NULL;
     fl_status st = cv_get(&e, &k, ve);
@@ -418,40 +567,54 @@ fl_status fl_cpu_conv2d_f32_route(bool *direct, bool *in_place, int64_t N, int64
     return st;
 }
 
-/* not a geometry of the direct route (the columns): the tensors are contiguous fp32 4-D (conv_cols.c makes them so) */
-static bool cv_plain(const fl_tensor *t) {
-    return t->dtype == FL_F32 && t->ndim == 4 && fl_tensor_is_contiguous(t);
+size_t fl_cpu_conv2d_arena_bytes(void) {
+    void *ve, *vs;
+    if (fl_cpu_dnnl_acquire(&ve, &vs) != FL_OK) return 0;
+    const size_t n = cv_arena.n[0] + cv_arena.n[1] + cv_arena.n[2];
+    fl_cpu_dnnl_release();
+    return n;
+}
+
+/* not a geometry of the direct route (the columns): the tensors are contiguous 4-D of dtype dt (conv_cols.c makes
+ * them so): the operands read fp32 or bf16, the one written fp32 */
+static bool cv_plain(const fl_tensor *t, fl_dtype dt) {
+    return t->dtype == dt && t->ndim == 4 && fl_tensor_is_contiguous(t);
+}
+
+static bool cv_bias_ok(const fl_tensor *b, int64_t oc) {
+    return !b || (b->dtype == FL_F32 && b->ndim == 1 && b->shape[0] == oc && fl_tensor_is_contiguous(b));
 }
 
 /* The device entries (device.h, conv2d_direct*): the shapes read from the tensors, which conv_cols.c made contiguous
- * fp32 on the CPU */
+ * on the CPU, the operands read fp32 or bf16 (one dtype), the gradients written fp32, the result fp32 or (of bf16
+ * operands) bf16 */
 fl_status fl_cpu_dev_conv2d_direct(fl_tensor *y, const fl_tensor *x, const fl_tensor *w, const fl_tensor *b,
                                    int64_t groups, const int64_t *geo, bool *ran) {
     *ran = false;
-    if (!cv_plain(x) || !cv_plain(w) || !cv_plain(y) ||
-        (b && (b->dtype != FL_F32 || b->ndim != 1 || b->shape[0] != y->shape[1] || !fl_tensor_is_contiguous(b))))
+    const bool y16 = y->dtype == FL_BF16 && x->dtype == FL_BF16;   /* a bf16 result of bf16 operands */
+    if (!cv_plain(x, x->dtype) || !cv_plain(w, x->dtype) || !cv_plain(y, y16 ? FL_BF16 : FL_F32) ||
+        !cv_bias_ok(b, y->shape[1]))
         return FL_OK;
-    return fl_cpu_conv2d_f32(fl_tensor_data(y), fl_tensor_data(x), fl_tensor_data(w), b ? fl_tensor_data(b) : NULL,
-                             x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], groups, geo, y->shape[2],
-                             y->shape[3], ran);
+    return cv_forward(fl_tensor_data(y), y16, fl_tensor_data(x), fl_tensor_data(w), b ? fl_tensor_data(b) : NULL,
+                      x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], groups, geo,
+                      y->shape[2], y->shape[3], ran);
 }
 
 fl_status fl_cpu_dev_conv2d_direct_bwd_data(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, int64_t groups,
                                             const int64_t *geo, bool *ran) {
     *ran = false;
-    if (!cv_plain(dx) || !cv_plain(dy) || !cv_plain(w)) return FL_OK;
-    return fl_cpu_conv2d_f32_bwd_data(fl_tensor_data(dx), fl_tensor_data(dy), fl_tensor_data(w), dx->shape[0],
-                                      dx->shape[1], dx->shape[2], dx->shape[3], dy->shape[1], groups, geo,
-                                      dy->shape[2], dy->shape[3], ran);
+    if (!cv_plain(dx, FL_F32) || !cv_plain(dy, dy->dtype) || !cv_plain(w, dy->dtype)) return FL_OK;
+    return fl_cpu_conv2d_bwd_data(fl_tensor_data(dx), fl_tensor_data(dy), fl_tensor_data(w), dy->dtype, dx->shape[0],
+                                  dx->shape[1], dx->shape[2], dx->shape[3], dy->shape[1], groups, geo, dy->shape[2],
+                                  dy->shape[3], ran);
 }
 
 fl_status fl_cpu_dev_conv2d_direct_bwd_weights(fl_tensor *dw, fl_tensor *db, const fl_tensor *x, const fl_tensor *dy,
                                                int64_t groups, const int64_t *geo, bool *ran) {
     *ran = false;
-    if (!cv_plain(dw) || !cv_plain(x) || !cv_plain(dy) ||
-        (db && (db->dtype != FL_F32 || db->ndim != 1 || db->shape[0] != dy->shape[1] || !fl_tensor_is_contiguous(db))))
+    if (!cv_plain(dw, FL_F32) || !cv_plain(x, x->dtype) || !cv_plain(dy, x->dtype) || !cv_bias_ok(db, dy->shape[1]))
         return FL_OK;
-    return fl_cpu_conv2d_f32_bwd_weights(fl_tensor_data(dw), db ? fl_tensor_data(db) : NULL, fl_tensor_data(x),
-                                         fl_tensor_data(dy), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                                         dy->shape[1], groups, geo, dy->shape[2], dy->shape[3], ran);
+    return fl_cpu_conv2d_bwd_weights(fl_tensor_data(dw), db ? fl_tensor_data(db) : NULL, fl_tensor_data(x),
+                                     fl_tensor_data(dy), x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                                     dy->shape[1], groups, geo, dy->shape[2], dy->shape[3], ran);
 }

@@ -6,6 +6,8 @@
 #include "tensor.h"
 #include "error.h"
 #include "cpu/cpu_conv.h"
+#include "cpu/cpu_internal.h"
+#include "format.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +134,7 @@ TEST(conv2d_fp32_direct_vs_loops) {
         for (int64_t i = 0; i < N * OC * oh * ow; i++) yd[i] = NAN;
         const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
         bool ran = false;
-        REQUIRE_OK(fl_cpu_conv2d_f32(yd, xv, wv, NULL, N, C, H, W, OC, gr, geo, oh, ow, &ran));
+        REQUIRE_OK(fl_cpu_conv2d(yd, xv, wv, NULL, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran));
         const float *yv = fl_tensor_data(y);
         for (int64_t n = 0; n < N; n++)
             for (int64_t o = 0; o < OC; o++)
@@ -214,8 +216,8 @@ TEST(conv2d_fp32_direct_backward_vs_loops) {
         for (int64_t i = 0; i < nw; i++) dw[i] = NAN;
         for (int64_t i = 0; i < OC; i++) db[i] = NAN;
         bool ran_d = false, ran_w = false;
-        REQUIRE_OK(fl_cpu_conv2d_f32_bwd_data(dx, gv, wv, N, C, H, W, OC, gr, geo, oh, ow, &ran_d));
-        REQUIRE_OK(fl_cpu_conv2d_f32_bwd_weights(dw, db, xv, gv, N, C, H, W, OC, gr, geo, oh, ow, &ran_w));
+        REQUIRE_OK(fl_cpu_conv2d_bwd_data(dx, gv, wv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_d));
+        REQUIRE_OK(fl_cpu_conv2d_bwd_weights(dw, db, xv, gv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_w));
         CHECK((ran_d || !(cs[t].must & 1)) && (ran_w || !(cs[t].must & 2)),
               "case %zu: oneDNN's backward primitives were expected to run (data %d, weights %d)", t, ran_d, ran_w);
         if (t == 5) CHECK(!ran_d && !ran_w, "case 5: a 1×1 kernel's gradients were expected from the columns");
@@ -235,12 +237,12 @@ TEST(conv2d_fp32_direct_backward_vs_loops) {
         }
         if (cs[t].must & 1) {
             fl_interrupt_set();
-            CHECK(fl_cpu_conv2d_f32_bwd_data(dx, gv, wv, N, C, H, W, OC, gr, geo, oh, ow, &ran_d) == FL_EINTR &&
+            CHECK(fl_cpu_conv2d_bwd_data(dx, gv, wv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_d) == FL_EINTR &&
                   !fl_interrupt_pending(), "case %zu: backward data went on past Ctrl-C", t);
         }
         if (cs[t].must & 2) {
             fl_interrupt_set();
-            CHECK(fl_cpu_conv2d_f32_bwd_weights(dw, NULL, xv, gv, N, C, H, W, OC, gr, geo, oh, ow, &ran_w) ==
+            CHECK(fl_cpu_conv2d_bwd_weights(dw, NULL, xv, gv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_w) ==
                   FL_EINTR && !fl_interrupt_pending(), "case %zu: backward weights went on past Ctrl-C", t);
         }
         free(rx); free(mx); free(rw); free(mw); free(rb); free(mb); free(dx); free(dw); free(db);
@@ -259,13 +261,96 @@ TEST(conv2d_fp32_first_layer_reads_nchw_in_place) {
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         const int64_t geo[10] = { cs[t].k, cs[t].k, cs[t].s, cs[t].s, 1, 1, cs[t].p, cs[t].p, cs[t].p, cs[t].p };
         bool direct = false, in_place = false;
-        REQUIRE_OK(fl_cpu_conv2d_f32_route(&direct, &in_place, cs[t].N, cs[t].C, cs[t].H, cs[t].H, cs[t].OC, 1, geo));
+        REQUIRE_OK(fl_cpu_conv2d_route(&direct, &in_place, FL_F32, cs[t].N, cs[t].C, cs[t].H, cs[t].H, cs[t].OC, 1, geo));
         if (direct) CHECK(in_place, "case %zu: %lld channels: the input was reordered", t, (long long)cs[t].C);
     }
     const int64_t geo[10] = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
     bool direct = false, in_place = true;
-    REQUIRE_OK(fl_cpu_conv2d_f32_route(&direct, &in_place, 8, 16, 16, 16, 32, 1, geo));
+    REQUIRE_OK(fl_cpu_conv2d_route(&direct, &in_place, FL_F32, 8, 16, 16, 16, 32, 1, geo));
     CHECK(!in_place || !direct, "16 channels: the layouts the primitive picks (a reorder) were expected");
+}
+
+/* bf16 on oneDNN's direct primitives (stop 100): the route taken where oneDNN has a bf16 kernel (AMX, AVX512_BF16, or
+ * its emulation on AVX-512: every CPU and FP8LAB_CPU_ISA cap with AVX-512; under avx2 the columns), never for fp16
+ * (oneDNN 2.6 has no fp16 convolution on a CPU); the forward and both gradients of bf16 operands against the sums in
+ * double of the same bf16 values, within the fp32 sum's bound (the products are exact). */
+TEST(conv2d_bf16_direct_vs_loops) {
+    const bool avx512 = fl_cpu_isa_allows(FL_ISA_AVX512) && __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    const int64_t N = 2, C = 16, OC = 24, H = 7, W = 6, oh = 7, ow = 6, KK = 9;
+    const int64_t geo[10] = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+    bool direct = true, in_place = true;
+    REQUIRE_OK(fl_cpu_conv2d_route(&direct, &in_place, FL_F16, N, C, H, W, OC, 1, geo));
+    CHECK(!direct, "fp16 was expected to keep the columns");
+    REQUIRE_OK(fl_cpu_conv2d_route(&direct, &in_place, FL_BF16, N, C, H, W, OC, 1, geo));
+    CHECK(direct == avx512, "bf16's direct route: %d, expected %d (AVX-512 allowed and present)", direct, avx512);
+    const int64_t nx = N * C * H * W, nw = OC * C * KK, ny = N * OC * oh * ow;
+    uint16_t *x = malloc((size_t)nx * 2), *w = malloc((size_t)nw * 2), *gy = malloc((size_t)ny * 2);
+    float *y = malloc((size_t)ny * 4), *dx = malloc((size_t)nx * 4), *dw = malloc((size_t)nw * 4);
+    double *ry = calloc((size_t)ny, 8), *my = calloc((size_t)ny, 8), *rx = calloc((size_t)nx, 8);
+    double *mx = calloc((size_t)nx, 8), *rw = calloc((size_t)nw, 8), *mw = calloc((size_t)nw, 8);
+    REQUIRE(x && w && gy && y && dx && dw && ry && my && rx && mx && rw && mw, "alloc");
+    /* values with all of bf16's 8 bits, so that the sums round */
+    for (int64_t i = 0; i < nx; i++) x[i] = fl_f32_to_bf16(sinf((float)i * 0.7f) * 1.9f);
+    for (int64_t i = 0; i < nw; i++) w[i] = fl_f32_to_bf16(cosf((float)i * 1.3f) * 0.6f);
+    for (int64_t i = 0; i < ny; i++) gy[i] = fl_f32_to_bf16(sinf((float)i * 2.1f + 0.5f));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < OC; o++)
+            for (int64_t l = 0; l < oh * ow; l++) {
+                const int64_t q = (n * OC + o) * oh * ow + l;
+                const double gval = fl_bf16_to_f32(gy[q]);
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t k = 0; k < KK; k++) {
+                        const int64_t iy = l / ow + k / 3 - 1, ix = l % ow + k % 3 - 1;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                        const int64_t xi = ((n * C + c) * H + iy) * W + ix, wi = (o * C + c) * KK + k;
+                        const double xv = fl_bf16_to_f32(x[xi]), wv = fl_bf16_to_f32(w[wi]);
+                        ry[q] += xv * wv, my[q] += fabs(xv * wv);
+                        rx[xi] += gval * wv, mx[xi] += fabs(gval * wv);
+                        rw[wi] += gval * xv, mw[wi] += fabs(gval * xv);
+                    }
+            }
+    bool ran = false, ran_d = false, ran_w = false;
+    REQUIRE_OK(fl_cpu_conv2d(y, x, w, NULL, FL_BF16, N, C, H, W, OC, 1, geo, oh, ow, &ran));
+    REQUIRE_OK(fl_cpu_conv2d_bwd_data(dx, gy, w, FL_BF16, N, C, H, W, OC, 1, geo, oh, ow, &ran_d));
+    REQUIRE_OK(fl_cpu_conv2d_bwd_weights(dw, NULL, x, gy, FL_BF16, N, C, H, W, OC, 1, geo, oh, ow, &ran_w));
+    CHECK(ran == avx512 && ran_d == avx512 && ran_w == avx512, "ran %d %d %d, expected %d", ran, ran_d, ran_w, avx512);
+    const struct { const float *got; const double *r, *m; int64_t n, k; const char *what; } out[3] = {
+        { y, ry, my, ny, C * KK, "y" }, { dx, rx, mx, nx, OC * KK, "dx" }, { dw, rw, mw, nw, N * oh * ow, "dw" },
+    };
+    for (int i = 0; i < 3 && ran; i++)
+        for (int64_t j = 0; j < out[i].n; j++)
+            CHECK(fabs(out[i].got[j] - out[i].r[j]) <= (double)(out[i].k + 1) * 0x1p-24 * out[i].m[j] + 1e-30,
+                  "%s[%lld] %.9g, want %.9g", out[i].what, (long long)j, out[i].got[j], out[i].r[j]);
+    free(x); free(w); free(gy); free(y); free(dx); free(dw);
+    free(ry); free(my); free(rx); free(mx); free(rw); free(mw);
+}
+
+/* The blocked copies' buffers are kept between calls (stop 100), at most 64 MiB of them: a call that needs more frees
+ * them after, and the next small one keeps its own again. */
+TEST(conv2d_direct_buffers_kept_and_bounded) {
+    const int64_t geo[10] = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+    fl_tensor *x = filled(2, 16, 12, 12, 1), *w = filled(16, 16, 3, 3, 2), *xb = filled(1, 16, 720, 720, 3);
+    fl_tensor *wb = filled(32, 16, 1, 1, 4);
+    float *y = malloc(2 * 16 * 12 * 12 * sizeof *y), *yb = malloc((size_t)32 * 720 * 720 * sizeof *yb);
+    REQUIRE(x && w && xb && wb && y && yb, "alloc");
+    bool ran = false;
+    REQUIRE_OK(fl_cpu_conv2d(y, fl_tensor_data(x), fl_tensor_data(w), NULL, FL_F32, 2, 16, 12, 12, 16, 1, geo, 12, 12,
+                             &ran));
+    const size_t small = fl_cpu_conv2d_arena_bytes();
+    if (ran) CHECK(small > 0 && small <= (size_t)64 << 20, "a small conv's buffers: %zu bytes kept", small);
+    REQUIRE_OK(fl_cpu_conv2d(y, fl_tensor_data(x), fl_tensor_data(w), NULL, FL_F32, 2, 16, 12, 12, 16, 1, geo, 12, 12,
+                             &ran));
+    CHECK(fl_cpu_conv2d_arena_bytes() == small, "the same conv again grew the buffers: %zu bytes, then %zu", small,
+          fl_cpu_conv2d_arena_bytes());
+    /* one sample of 16 + 32 planes of 720×720 (99 MB in blocks): past the 64 MiB kept */
+    const int64_t g1[10] = { 1, 1, 1, 1, 1, 1, 0, 0, 0, 0 };
+    REQUIRE_OK(fl_cpu_conv2d(yb, fl_tensor_data(xb), fl_tensor_data(wb), NULL, FL_F32, 1, 16, 720, 720, 32, 1, g1, 720,
+                             720, &ran));
+    if (ran) CHECK(fl_cpu_conv2d_arena_bytes() == 0, "%zu bytes kept after a call past 64 MiB",
+                   fl_cpu_conv2d_arena_bytes());
+    free(y); free(yb);
+    fl_tensor_release(x); fl_tensor_release(w); fl_tensor_release(xb); fl_tensor_release(wb);
 }
 
 TEST(im2col_refuses_bad_geometry) {

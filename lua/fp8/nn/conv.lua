@@ -1,8 +1,8 @@
 -- conv.lua — torch's convolutions and pooling over images and sequences, built of differentiable ops: F.unfold /
 -- F.fold (the core's im2col and col2im, core/im2col.c, from the geometry: no index tensor), F.conv1d / F.conv2d
 -- (unfold, then one batched GEMM per group, which autocast runs in bf16 as torch's; on CPU tensors the columns made a
--- few samples at a time, core/conv_cols.c, and an fp32 forward and backward by oneDNN's convolution primitives,
--- core/cpu/cpu_conv.c;
+-- few samples at a time, core/conv_cols.c, and an fp32 or bf16 forward and backward by oneDNN's convolution
+-- primitives, core/cpu/cpu_conv.c;
 -- a depthwise one directly over the planes, core/conv_depthwise.c),
 -- F.max_pool1d/2d (each window's maximum found directly, core/max_pool.c) and F.avg_pool1d/2d (each window's average
 -- found directly, core/avg_pool.c), and their modules Conv1d, Conv2d, MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d,
@@ -146,9 +146,11 @@ local function conv2d(fname, x, w, b, opts)
     -- the bits of the batch's columns and GEMM below, whose buffer went to memory; since stop 98 an fp32 forward is
     -- oneDNN's direct convolution there, but for a 1×1 kernel at stride 1 without padding, and since stop 99 its
     -- gradients oneDNN's backward primitives, but for a 1×1 kernel's and a first layer's input gradient: within the
-    -- sums' rounding of those values, not their bits). (A 1×1 conv of one channel to one keeps the composite: its
+    -- sums' rounding of those values, not their bits; since stop 100 a bf16 one's both ways, but for a 1×1 kernel
+    -- and a first layer, also under autocast: the fp32 sums in the kernel's order, a bf16 result rounded once, so
+    -- within one bf16 rounding of the columns'). (A 1×1 conv of one channel to one keeps the composite: its
     -- weight's gradient sums over the batch in SIMD lanes.)
-    -- A bf16 conv's backward runs its GEMMs in bf16, the output gradient rounded to bf16 (torch's: its gradient of
+    -- A bf16 conv's backward on the columns runs its GEMMs in bf16, the output gradient rounded to bf16 (torch's: its gradient of
     -- a bf16 output is bf16; until 2026-12-06 they were fp32 GEMMs of the fp32 gradient); fp16's stay fp32 (its
     -- range would flush small gradients). Under autocast (fp32 operands, as its matmul did): the operands rounded
     -- first, then a 16-bit GEMM with an fp32 result, the backward in the 16-bit dtype, the same bits as before.
