@@ -700,11 +700,11 @@ done:
     return FL_OK;
 }
 
-/* The backward in progress on this thread (fl_autograd_sole_consumer): its node map and, per node in its
- * order, how many node inputs take that node's output. */
 /* false from a walk's start until it first can change something (a node's backward, a hook, a .grad): the failed
  * walk's answer to fl_autograd_walk_untouched. Set again once the loop is over, after any nested walk a hook ran. */
 static _Thread_local bool walk_touched;
+/* The backward in progress on this thread (fl_autograd_sole_consumer): its node map and, per node in its
+ * order, how many node inputs take that node's output. */
 static _Thread_local const node_map *bw_map;
 static _Thread_local const int *bw_uses;
 static _Thread_local uint64_t bw_id, bw_count;   /* the backward in progress; how many have started */

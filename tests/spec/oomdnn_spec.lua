@@ -1,7 +1,8 @@
 -- Found on 2026-12-07 (stop 100): out of memory under a narrow address space (`ulimit -v`, a cluster job's limit), the
 -- heavy ops run in a child whose address space is filled with tensors first (scripts/oom_sweep.lua, --mode fill):
--- oneDNN's primitive creation died of SIGSEGV there (its JIT writes through an unchecked mmap), and a backward that ran
--- out of memory part-way answered 'trying to backward through the graph a second time' (the binding's retry).
+-- oneDNN's descriptor and primitive creation died of SIGSEGV there (its JIT writes through an unchecked mmap), libgomp
+-- ended the process where it could not create its team's thread at the first large op, and a backward that ran out of
+-- memory part-way answered 'trying to backward through the graph a second time' (the binding's retry).
 -- docs/robustness.md, "Out of memory under a narrow address space (stop 100)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
@@ -56,7 +57,7 @@ describe("oneDNN's primitive made with the address space nearly gone", function(
   -- Xbyak (oneDNN 2.6's JIT, built without exceptions) maps a kernel's code buffer without checking the mmap and
   -- writes its first instruction through NULL: SIGSEGV in dnnl_primitive_create (a conv's or a reorder's, cv_make; a
   -- matmul's, mm_get) with 0 to 16 MiB left. fl_cpu_dnnl_create maps the room first and refuses by name.
-  it_mem("a conv and a matmul of a new shape raise out of memory, and run once memory is back", function()
+  it_mem("a conv and a matmul of a new shape raise out of memory, and the shapes made before run on", function()
     local out, err, rc = child([[
 local x, w = fp8.randn{1, 32, 20, 20}, fp8.randn{32, 32, 3, 3}
 local a, b = fp8.randn{64, 96}, fp8.randn{96, 80}
