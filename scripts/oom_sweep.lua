@@ -97,6 +97,9 @@ end
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local BIN = opts.bin or (arg[-1] and arg[-1]:match("fp8lab$") and arg[-1]) or "build/fp8lab"
+local bf = io.open(BIN, "rb")
+if not bf then fail(("--bin: %s is not a readable file"):format(BIN)) end
+bf:close()
 local tmp = os.tmpname()
 
 -- the child's script: setup and the op under pcall (the error kept), the peak address space, then the small call
