@@ -1,8 +1,9 @@
 -- Found on 2026-12-07 (stop 100): out of memory under a narrow address space (`ulimit -v`, a cluster job's limit), the
 -- heavy ops run in a child whose address space is filled with tensors first (scripts/oom_sweep.lua, --mode fill):
 -- oneDNN's descriptor and primitive creation died of SIGSEGV there (its JIT writes through an unchecked mmap), libgomp
--- ended the process where it could not create its team's thread at the first large op, and a backward that ran out of
--- memory part-way answered 'trying to backward through the graph a second time' (the binding's retry).
+-- ended the process where it could not create its team's thread at the first large op, a backward that ran out of
+-- memory part-way answered 'trying to backward through the graph a second time' (the binding's retry), and that retry
+-- counted an FP8 layer's failed forward twice.
 -- docs/robustness.md, "Out of memory under a narrow address space (stop 100)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
@@ -154,6 +155,29 @@ io.write(fp8.ones{1 << 18}:sum():item(), "\n")
 ]], 400000, true)
     assert.are.equal(0, rc, err)
     assert.are.equal("false out of memory\n262144\n", out)
+  end)
+end)
+
+describe("an FP8 layer's forward that runs out of memory", function()
+  -- The binding's retry after a collection called the layer again, and the core had counted the forward (fp8.stats'
+  -- forwards, its casts and cache hits) before its casts and GEMM allocated: one failed forward counted two. The
+  -- counters are put back before the retry now (the amaxes it records again are the same values).
+  it_mem("counts once", function()
+    local out, err, rc = child([[
+local acc = fp8.Accelerator{mixed_precision = "fp8", kwargs_handlers = {fp8.TERecipeKwargs{fp8_format = "HYBRID"}}}
+local m = acc:prepare(fp8.nn.Sequential(fp8.nn.Linear(1024, 1024)))
+local x = fp8.randn{1024, 1024}
+m(x)
+local f0 = m[1].fp8_meta:state().forwards
+fill(0, true)
+local ok, e = pcall(m, x)
+give()
+say(tostring(ok), tostring(e):match("out of memory") or tostring(e), m[1].fp8_meta:state().forwards - f0)
+m(x)
+say("after", m[1].fp8_meta:state().forwards - f0)
+]])
+    assert.are.equal(0, rc, err)
+    assert.are.equal("false out of memory 1\nafter 2\n", out)
   end)
 end)
 
