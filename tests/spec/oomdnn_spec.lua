@@ -2,8 +2,8 @@
 -- heavy ops run in a child whose address space is filled with tensors first (scripts/oom_sweep.lua, --mode fill):
 -- oneDNN's descriptor and primitive creation died of SIGSEGV there (its JIT writes through an unchecked mmap), libgomp
 -- ended the process where it could not create its team's thread at the first large op, a backward that ran out of
--- memory part-way answered 'trying to backward through the graph a second time' (the binding's retry), and that retry
--- counted an FP8 layer's failed forward twice.
+-- memory part-way answered 'trying to backward through the graph a second time' (the binding's retry), that retry
+-- counted an FP8 layer's failed forward twice, and a bf16 randn that did not fit moved the generator on.
 -- docs/robustness.md, "Out of memory under a narrow address space (stop 100)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
@@ -178,6 +178,28 @@ say("after", m[1].fp8_meta:state().forwards - f0)
 ]])
     assert.are.equal(0, rc, err)
     assert.are.equal("false out of memory 1\nafter 2\n", out)
+  end)
+end)
+
+describe("a randn that runs out of memory", function()
+  -- make_f32 drew the fp32 values, then made the bf16 result: where that did not fit, the generator had moved on, and
+  -- the binding's retry drew again, so a seeded script's later numbers changed with the memory it had. Every
+  -- allocation comes before the draws now (torch's order): a failed randn draws nothing.
+  it_mem("draws nothing", function()
+    local out, err, rc = child([[
+fp8.manual_seed(7)
+local want = fp8.randn{6}:tolist()
+fp8.manual_seed(7)
+fill(5, true)   -- the fp32 draws (4 MiB) fit where the bf16 result would follow, or the result (2 MiB) where they would
+local ok, e = pcall(fp8.randn, {1 << 20}, "bf16")
+give()
+local got = fp8.randn{6}:tolist()
+local same = true
+for i = 1, 6 do same = same and got[i] == want[i] end
+say(tostring(ok), tostring(e):match("out of memory") or tostring(e), tostring(same))
+]])
+    assert.are.equal(0, rc, err)
+    assert.are.equal("false out of memory true\n", out)
   end)
 end)
 
