@@ -713,6 +713,9 @@ done:
     return FL_OK;
 }
 
+/* false from a walk's start until it first can change something (a node's backward, a hook, a .grad): the failed
+ * walk's answer to fl_autograd_walk_untouched. Set again once the loop is over, after any nested walk a hook ran. */
+static _Thread_local bool walk_touched;
 /* The backward in progress on this thread (fl_autograd_sole_consumer): its node map and, per node in its
  * order, how many node inputs take that node's output. */
 static _Thread_local const node_map *bw_map;
@@ -905,6 +908,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     fl_grad_ready_fn hook = cap && cap->out ? NULL : ready_fn;
     void *hook_ud = ready_ud;
     if ((hook || hooked_leaf || cap) && (st = leaf_last_uses(order, n, &luses, &nuses)) != FL_OK) goto done;
+    walk_touched = true;
     bool prev_mode = fl_set_grad_enabled(false);   /* backward builds no graph of its own */
     const node_map *prev_map = bw_map;
     const int *prev_uses = bw_uses;
@@ -971,6 +975,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
                  : pending_flush(pend, npend, pend[i].leaf, NULL);
     for (int i = 0; st == FL_OK && i < nleaf; i++)
         if (alone[i]) st = leaf_root(leaf_roots[i], &leaf_seeds[i]);
+    walk_touched = true;
     bw_map = prev_map;
     bw_uses = prev_uses;
     bw_id = prev_id;
@@ -1003,6 +1008,7 @@ done:
 static fl_status backward_many(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots, bool retain_graph,
                                const capture_set *cap) {
     FL_PROF_SCOPE("backward");
+    walk_touched = false;
     if (nroots < 1) return FL_ERR(FL_EINVAL, "backward: no tensor to start from");
     fl_tensor **seeds = calloc((size_t)nroots, sizeof *seeds), **lseeds = calloc((size_t)nroots, sizeof *lseeds);
     fl_tensor **leaves = calloc((size_t)nroots, sizeof *leaves);
@@ -1022,7 +1028,11 @@ static fl_status backward_many(fl_tensor *const *roots, const fl_tensor *const *
         fl_tensor_release(g);
     }
     if (st == FL_OK && nn > 0) st = run_graph(nodes, seeds, nn, retain_graph, cap, leaves, lseeds, nl);
-    else for (int i = 0; st == FL_OK && i < nl; i++) st = leaf_root(leaves[i], &lseeds[i]);
+    else
+        for (int i = 0; st == FL_OK && i < nl; i++) {
+            walk_touched = true;
+            st = leaf_root(leaves[i], &lseeds[i]);
+        }
     for (int r = 0; r < nroots; r++) {
         if (seeds) fl_tensor_release(seeds[r]);
         if (lseeds) fl_tensor_release(lseeds[r]);
@@ -1030,6 +1040,8 @@ static fl_status backward_many(fl_tensor *const *roots, const fl_tensor *const *
     free(seeds); free(lseeds); free(leaves); free(nodes);
     return st;
 }
+
+bool fl_autograd_walk_untouched(void) { return !walk_touched; }
 
 fl_status fl_backward(fl_tensor *root, const fl_tensor *grad, bool retain_graph) {
     return backward_many(&root, &grad, 1, retain_graph, NULL);
@@ -1050,6 +1062,7 @@ fl_status fl_backward_many(fl_tensor *const *roots, const fl_tensor *const *grad
 fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,
                            fl_tensor *const *inputs, int ninputs, bool retain_graph, fl_tensor **out) {
     FL_PROF_SCOPE("autograd_grad");
+    walk_touched = false;
     for (int j = 0; j < ninputs; j++) out[j] = NULL;
     if (nroots < 1 || ninputs < 1)
         return FL_ERR(FL_EINVAL, "grad: expected at least one output and one input, got %d and %d", nroots, ninputs);

@@ -125,6 +125,11 @@ fl_status fl_backward_many(fl_tensor *const *roots, const fl_tensor *const *grad
  * nodes that ran. On an error every out[j] is NULL. */
 fl_status fl_autograd_grad(fl_tensor *const *roots, const fl_tensor *const *grads, int nroots,
                            fl_tensor *const *inputs, int ninputs, bool retain_graph, fl_tensor **out);
+/* After fl_backward, fl_backward_many or fl_autograd_grad failed on this thread: true where the walk failed before it
+ * changed anything (no node's backward, hook or .grad reached; the graph as it was), so the same call can be made
+ * again (the binding's retry after a collection, FL_LCALL's rule); false once a node ran: its gradients reached the
+ * leaves and the nodes that ran were freed, and a second walk would add them twice or find the graph freed. */
+bool fl_autograd_walk_untouched(void);
 /* Grad-ready hook (data-parallel reducers, core/ddp.h): during fl_backward, fn(leaf, ud) is called once
  * per leaf that requires grad, as soon as no node left in this backward can add to its gradient
  * (leaf->grad is then final for this backward; it may be NULL when no gradient flowed). Thread-local;

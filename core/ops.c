@@ -526,16 +526,23 @@ static fl_status check_factory_dtype(fl_dtype dt, const char *op) {
     return FL_OK;
 }
 
-/* Builds an fp32 CPU tensor, lets fill() write its values, converts to dt. */
+/* Builds an fp32 CPU tensor, lets fill() write its values, converts to dt. Every allocation comes before fill(): a
+ * generator's draws happen only where the result is made (as torch allocates before it draws), so a randn that runs
+ * out of memory draws nothing, and the binding's retry after a collection draws the same numbers (before, a bf16
+ * result that did not fit after the fp32 draws moved the generator on, once per try). */
 static fl_status make_f32(fl_tensor **out, int ndim, const int64_t *shape, fl_dtype dt,
                           void (*fill)(void *ctx, float *p, size_t n), void *ctx) {
-    fl_tensor *f;
-    FL_TRY(fl_tensor_empty(&f, FL_F32, ndim, shape, FL_DEV_CPU));
+    fl_tensor *f, *o = NULL;
+    if (dt != FL_F32) FL_TRY(fl_tensor_empty(&o, dt, ndim, shape, FL_DEV_CPU));
+    fl_status st = fl_tensor_empty(&f, FL_F32, ndim, shape, FL_DEV_CPU);
+    if (st != FL_OK) { fl_tensor_release(o); return st; }
     fill(ctx, fl_tensor_data(f), (size_t)fl_tensor_numel(f));
-    if (dt == FL_F32) { *out = f; return FL_OK; }
-    fl_status st = fl_tensor_to(out, f, dt);
+    if (!o) { *out = f; return FL_OK; }
+    st = fl_tensor_copy_(o, f);   /* the device's copy, as fl_tensor_to converts */
     fl_tensor_release(f);
-    return st;
+    if (st != FL_OK) { fl_tensor_release(o); return st; }
+    *out = o;
+    return FL_OK;
 }
 
 typedef struct { double start, step; } arange_ctx;

@@ -585,7 +585,10 @@ static int m_backward(lua_State *L) {
     const fl_tensor *gs[1] = { g };
     if (ins) restricted_walks++;
     fl_status st = fl_backward_many(&t, gs, 1, retain, ins, nin);
-    if (st == FL_ENOMEM) {   /* FL_LCALL's retry */
+    /* FL_LCALL's retry, only where the walk changed nothing: once a node ran, its gradients are in the leaves and the
+     * nodes that ran are freed, so a second walk answered 'trying to backward through the graph a second time' in
+     * place of the out of memory (or, with retain_graph, added those gradients twice) */
+    if (st == FL_ENOMEM && fl_autograd_walk_untouched()) {
         lua_gc(L, LUA_GCCOLLECT);
         st = fl_backward_many(&t, gs, 1, retain, ins, nin);
     }
@@ -662,7 +665,7 @@ static int l_autograd_grad(lua_State *L) {
     hook_err_clear(L);
     restricted_walks++;
     fl_status st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
-    if (st == FL_ENOMEM) {
+    if (st == FL_ENOMEM && fl_autograd_walk_untouched()) {
         lua_gc(L, LUA_GCCOLLECT);
         st = fl_autograd_grad(a.outs, g, a.no, a.ins, a.ni, a.retain, a.res);
     }
@@ -695,7 +698,7 @@ static int l_autograd_backward(lua_State *L) {
     hook_err_clear(L);
     if (ins) restricted_walks++;
     fl_status st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
-    if (st == FL_ENOMEM) {
+    if (st == FL_ENOMEM && fl_autograd_walk_untouched()) {
         lua_gc(L, LUA_GCCOLLECT);
         st = fl_backward_many(a.outs, g, a.no, a.retain, ins, a.ni);
     }

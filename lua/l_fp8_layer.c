@@ -325,6 +325,24 @@ static int l_meta_syncs(lua_State *L) {
     return 1;
 }
 
+/* FL_LCALL for a layer's forward: the call counts itself in the layer's counters (fp8.stats' forwards, weight casts,
+ * cache hits, fused casts, residual adds) before its casts and GEMM allocate, so after an out of memory there the
+ * retry counted the forward twice; they are put back before it. The amaxes the retry records again are the same (a
+ * role's history[0] keeps the larger: the same value) and its weight cast is the cached one. */
+#define LAYER_LCALL(L, l, expr)                                                                                      \
+    do {                                                                                                             \
+        const int64_t c_[5] = { (l)->forwards, (l)->weight_casts, (l)->cache_hits, (l)->fused_input_casts,          \
+                                (l)->residual_adds };                                                                \
+        fl_status s_ = (expr);                                                                                       \
+        if (s_ == FL_ENOMEM || fl_error_out_of_fds(s_)) {                                                            \
+            (l)->forwards = c_[0], (l)->weight_casts = c_[1], (l)->cache_hits = c_[2];                               \
+            (l)->fused_input_casts = c_[3], (l)->residual_adds = c_[4];                                              \
+            lua_gc((L), LUA_GCCOLLECT);                                                                              \
+            s_ = (expr);                                                                                             \
+        }                                                                                                            \
+        fl_lcheck((L), s_);                                                                                          \
+    } while (0)
+
 /* linear(x, w, b|nil, meta, record, w_fp8|nil, residual|nil) -> y (residual + the layer, the add in the GEMM's
  * store where it can: fl_fp8_linear); linear_gelu(...) the same layer of GELU(x) (tanh form), its input cast in
  * GELU's pass where the layer allows it (fl_fp8_linear_gelu) */
@@ -336,7 +354,7 @@ static int linear_call(lua_State *L, bool gelu) {
     fl_tensor *wq = lua_isnoneornil(L, 6) ? NULL : fl_lchecktensor(L, 6);
     fl_tensor *res = lua_isnoneornil(L, 7) ? NULL : fl_lchecktensor(L, 7);
     fl_tensor **box = fl_lnewbox(L);
-    FL_LCALL(L, (gelu ? fl_fp8_linear_gelu : fl_fp8_linear)(box, x, w, b, l, record, wq, res));
+    LAYER_LCALL(L, l, (gelu ? fl_fp8_linear_gelu : fl_fp8_linear)(box, x, w, b, l, record, wq, res));
     return 1;
 }
 static int l_linear(lua_State *L) { return linear_call(L, false); }
@@ -355,7 +373,7 @@ static int l_linear_layernorm(lua_State *L) {
     bool record = lua_toboolean(L, 8);
     fl_tensor *wq = lua_isnoneornil(L, 9) ? NULL : fl_lchecktensor(L, 9);
     fl_tensor **box = fl_lnewbox(L);
-    FL_LCALL(L, fl_fp8_linear_layernorm(box, x, lw, lb, eps, w, b, l, record, wq));
+    LAYER_LCALL(L, l, fl_fp8_linear_layernorm(box, x, lw, lb, eps, w, b, l, record, wq));
     return 1;
 }
 

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -931,10 +934,27 @@ static int set_cpu_isa(void) {
     return 2;
 }
 
+/* OpenMP's team made before anything runs: libgomp ends the process (exit 1, 'libgomp: Thread creation failed:
+ * Resource temporarily unavailable') where it cannot create a team's thread, and it creates them at the first
+ * parallel region, which under a narrow `ulimit -v` came in the middle of a session with the address space taken
+ * (each thread's stack is a fresh mapping of RLIMIT_STACK's size, 8 MiB by default): DataLoader, attention, a save
+ * died there (docs/robustness.md, stop 100). The team is kept and reused by every later region (the count is
+ * OMP_NUM_THREADS' for the whole process), so no thread is created later; a limit too narrow for even this ends the
+ * process here, at its start, with libgomp's message. */
+static void start_omp_team(void) {
+#ifdef _OPENMP
+    static volatile int team;   /* a body the compiler keeps (an empty region is dropped) */
+    #pragma omp parallel
+    team = omp_get_num_threads();
+    (void)team;
+#endif
+}
+
 int main(int argc, char **argv) {
     int bad = check_omp_threads();
     if (!bad) bad = set_cpu_isa();
     if (bad) return bad;
+    start_omp_team();
     use_signal_stack();
     /* A write past a file-size limit (ulimit -f, a site's quota) raises SIGXFSZ, whose default kills the process in
      * the middle of a save: ignored, the write fails with EFBIG instead and the writer reports it (the atomic

@@ -54,46 +54,50 @@ static void cv_drop(cv_entry *e) {
 }
 
 /* a reorder from one layout to another, NULL where they are the same */
-static dnnl_status_t reorder_of(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                                dnnl_engine_t eng) {
+static fl_status reorder_of(dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                            dnnl_engine_t eng) {
     *out = NULL;
-    if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+    if (dnnl_memory_desc_equal(from, to)) return FL_OK;
     dnnl_primitive_desc_t pd;
+    FL_TRY(fl_cpu_dnnl_room("conv2d", 0));
     dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, NULL);
-    if (s != dnnl_success) return s;
-    s = dnnl_primitive_create(out, pd);
+    if (s == dnnl_out_of_memory) return FL_ERR(FL_ENOMEM, "conv2d: out of memory making oneDNN's reorder");
+    if (s != dnnl_success)
+        return FL_ERR(FL_EDEVICE, "oneDNN dnnl_reorder_primitive_desc_create(conv2d) failed (status %d)", (int)s);
+    fl_status st = fl_cpu_dnnl_create(out, pd, "conv2d");
     dnnl_primitive_desc_destroy(pd);
-    return s;
+    return st;
 }
 
 /* the primitive descriptor of k's kind with src (the input, or its gradient) in the layout *src (the plain one, or
  * format_tag_any's), the rest left to oneDNN; a backward one with a forward-training descriptor as its hint, as
  * oneDNN asks, of the operands read's dtype throughout (hsrc, hany: a bf16 forward where the gradients are fp32).
- * NULL where oneDNN refuses the geometry. */
-static dnnl_primitive_desc_t cv_pd(const cv_key *k, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *any,
-                                   const dnnl_memory_desc_t *hsrc, const dnnl_memory_desc_t *hany,
-                                   const dnnl_memory_desc_t *bias, dnnl_engine_t eng) {
+ * *pd NULL where oneDNN refuses the geometry; FL_ENOMEM where it ran out of memory (not a refusal: the geometry is
+ * not marked as the columns' for good). */
+static fl_status cv_pd(dnnl_primitive_desc_t *pd, const cv_key *k, const dnnl_memory_desc_t *src,
+                       const dnnl_memory_desc_t *any, const dnnl_memory_desc_t *hsrc, const dnnl_memory_desc_t *hany,
+                       const dnnl_memory_desc_t *bias, dnnl_engine_t eng) {
     const int64_t *q = k->geo;
     dnnl_dims_t strides = { q[2], q[3] }, dil = { q[4] - 1, q[5] - 1 }, pl = { q[6], q[8] }, pr = { q[7], q[9] };
     const bool wb = k->kind == CV_BWD_WB;
     dnnl_convolution_desc_t fd, cd;
-    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dnnl_primitive_desc_t hint = NULL;
     const bool fwd = k->kind == CV_FWD;
+    *pd = NULL;
     dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(
         &fd, fwd ? dnnl_forward_inference : dnnl_forward_training, dnnl_convolution_direct, fwd ? src : hsrc,
         fwd ? &any[1] : &hany[1], wb ? bias : NULL, fwd ? &any[2] : &hany[2], strides, dil, pl, pr);
-    if (s != dnnl_success) return NULL;
-    if (k->kind == CV_FWD) return dnnl_primitive_desc_create(&pd, &fd, NULL, eng, NULL) == dnnl_success ? pd : NULL;
-    if (dnnl_primitive_desc_create(&hint, &fd, NULL, eng, NULL) != dnnl_success) return NULL;
-    if (k->kind == CV_BWD_D)
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(fwd ? pd : &hint, &fd, NULL, eng, NULL);
+    if (s == dnnl_success && k->kind == CV_BWD_D)
         s = dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, src, &any[1], &any[2],
                                                              strides, dil, pl, pr);
-    else
+    else if (s == dnnl_success && k->kind != CV_FWD)
         s = dnnl_dilated_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, &any[1],
                                                                 wb ? bias : NULL, &any[2], strides, dil, pl, pr);
-    if (s == dnnl_success && dnnl_primitive_desc_create(&pd, &cd, NULL, eng, hint) != dnnl_success) pd = NULL;
-    dnnl_primitive_desc_destroy(hint);
-    return pd;
+    if (s == dnnl_success && k->kind != CV_FWD) s = dnnl_primitive_desc_create(pd, &cd, NULL, eng, hint);
+    if (hint) dnnl_primitive_desc_destroy(hint);
+    if (s != dnnl_success) *pd = NULL;
+    return s == dnnl_out_of_memory ? FL_ERR(FL_ENOMEM, "conv2d: out of memory making oneDNN's descriptor") : FL_OK;
 }
 
 static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
@@ -135,8 +139,11 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
      * rule by geometry, not a timing: a geometry always takes the same kernel. */
     const bool first = g == 1 && k->c < 16 && k->kind != CV_BWD_D;
     const char *impl = NULL;
+    /* the descriptors JIT their kernels too (brgconv's): the room for them first (fl_cpu_dnnl_room) */
+    if ((st = fl_cpu_dnnl_room("conv2d", 0)) != FL_OK) goto fail;
     for (int t = first ? 0 : 1; t < 2 && !pd; t++) {
-        pd = cv_pd(k, t ? &any[0] : &e->md[0], any, t ? &hany[0] : &hsrc, hany, &e->md[6], eng);
+        if ((st = cv_pd(&pd, k, t ? &any[0] : &e->md[0], any, t ? &hany[0] : &hsrc, hany, &e->md[6], eng)) != FL_OK)
+            goto fail;
         impl = NULL;
         if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = NULL;
         /* declined: the GEMM-based kernels make columns as conv_cols.c does (slower here), the reference ones are
@@ -160,7 +167,7 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
     e->md[3] = *dnnl_primitive_desc_query_md(pd, k->kind == CV_BWD_D ? dnnl_query_diff_src_md : dnnl_query_src_md, 0);
     e->md[4] = *dnnl_primitive_desc_query_md(pd, bw ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
     e->md[5] = *dnnl_primitive_desc_query_md(pd, k->kind == CV_FWD ? dnnl_query_dst_md : dnnl_query_diff_dst_md, 0);
-    CV_CHECK(dnnl_primitive_create(&e->conv, pd));
+    if ((st = fl_cpu_dnnl_create(&e->conv, pd, "conv2d")) != FL_OK) goto fail;
     /* the written image (the forward's result, the input's gradient) copied back by unblock where its layout is one
      * of these; the weight's gradient (small) by oneDNN's reorder */
     if (e->out != 1) {
@@ -174,8 +181,9 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
     }
     for (int i = 0; i < 3; i++) {
         if (i == e->out && e->blk) continue;
-        if (i == e->out) CV_CHECK(reorder_of(&e->re[i], &e->md[3 + i], &e->md[i], eng));
-        else CV_CHECK(reorder_of(&e->re[i], &e->md[i], &e->md[3 + i], eng));
+        st = i == e->out ? reorder_of(&e->re[i], &e->md[3 + i], &e->md[i], eng)
+                         : reorder_of(&e->re[i], &e->md[i], &e->md[3 + i], eng);
+        if (st != FL_OK) goto fail;
     }
     dnnl_primitive_desc_destroy(pd);
     e->used = true;

@@ -99,6 +99,16 @@ fl_status fl_cpu_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const
  * holds the lock until fl_cpu_dnnl_release(); on an error it does not. (cpu_conv.c's convolution.) */
 fl_status fl_cpu_dnnl_acquire(void **engine, void **stream);
 void fl_cpu_dnnl_release(void);
+/* oneDNN 2.6's JIT (Xbyak, built without exceptions) writes its code into a buffer whose mmap it never checks, in
+ * dnnl_primitive_desc_create (brgconv's kernels) and dnnl_primitive_create: under a narrow `ulimit -v` both died of
+ * SIGSEGV (a write through NULL) where they must fail. fl_cpu_dnnl_room: FL_OK where `need` bytes plus
+ * FL_CPU_DNNL_HEADROOM of address space are free now (a trial mapping), else FL_ENOMEM naming `op`; called before a
+ * descriptor is made. fl_cpu_dnnl_create: dnnl_primitive_create(*prim, pd) (prim a dnnl_primitive_t *, pd a
+ * const_dnnl_primitive_desc_t) after fl_cpu_dnnl_room of the primitive's scratchpad; FL_ENOMEM where oneDNN answers
+ * out_of_memory too (cpu_dnnl_create.c). */
+#define FL_CPU_DNNL_HEADROOM (INT64_C(32) << 20)
+fl_status fl_cpu_dnnl_room(const char *op, size_t need);
+fl_status fl_cpu_dnnl_create(void *prim, const void *pd, const char *op);
 /* linear_relu_bf16's AVX512_BF16 epilogue (cpu_linear_act.c); tests clear it to run the portable one */
 extern _Atomic bool fl_cpu_linear_act_wide_allowed;
 /* c[m, n] (fp32, row stride n) = a[m, k] · b[n, k]ᵀ, row-major bf16 operands, by the primitive fl_cpu_dev_matmul runs

@@ -142,8 +142,12 @@ static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
         }
     }
     dnnl_primitive_desc_t pd;
-    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, mm.engine, NULL);
+    /* the descriptor may JIT kernels too: the room for them first (fl_cpu_dnnl_room) */
+    fl_status rs = fl_cpu_dnnl_room("matmul", 0);
+    dnnl_status_t s = rs == FL_OK ? dnnl_primitive_desc_create(&pd, &desc, attr, mm.engine, NULL) : dnnl_out_of_memory;
     if (attr) dnnl_primitive_attr_destroy(attr);
+    if (rs != FL_OK) return rs;
+    if (s == dnnl_out_of_memory) return FL_ERR(FL_ENOMEM, "matmul: out of memory making oneDNN's descriptor");
     if (s == dnnl_success && q->post) {
         /* Only the JIT kernels are worth fusing into: a reference kernel is answered as missing. */
         const char *impl = NULL;
@@ -161,9 +165,9 @@ static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
     }
     if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_desc_create(matmul) failed (status %d)", (int)s);
     dnnl_primitive_t prim;
-    s = dnnl_primitive_create(&prim, pd);
+    fl_status cs = fl_cpu_dnnl_create(&prim, pd, "matmul");
     dnnl_primitive_desc_destroy(pd);
-    if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_create(matmul) failed (status %d)", (int)s);
+    if (cs != FL_OK) return cs;
     if (lru->prim) dnnl_primitive_destroy(lru->prim);
     *lru = (mm_entry){ *key, prim, false, { md[0], md[1], md[2], md[3], md[4] }, ++mm.tick };
     *out = lru;

@@ -1,0 +1,45 @@
+/* cpu_dnnl_create.c — oneDNN descriptors and primitives made only where the address space they need is free
+ * (cpu_internal.h, fl_cpu_dnnl_room and fl_cpu_dnnl_create). oneDNN 2.6's JIT generators are Xbyak code arrays built
+ * without exceptions: the mmap of a kernel's code buffer (256 KiB to start, doubled as it grows) is not checked, and
+ * the generator then writes its first instruction through NULL, so under a narrow `ulimit -v`
+ * dnnl_primitive_desc_create (brgconv makes kernels there) and dnnl_primitive_create died of SIGSEGV. A trial
+ * mapping of the scratchpad oneDNN allocates with the primitive (its library mode) plus FL_CPU_DNNL_HEADROOM for the
+ * code and its own structures, released before the call, turns that into an out-of-memory error. Freed tensors keep
+ * their address space in malloc's heap (cpu_device.c's thresholds), so the free top of the heap is given back first.
+ * A kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
+#include "cpu_internal.h"
+#include <dnnl.h>
+#include <malloc.h>
+#include <sys/mman.h>
+
+/* PROT_NONE and MAP_NORESERVE: the mapping takes address space (what RLIMIT_AS counts) and no memory */
+static bool room_for(size_t n) {
+    void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, n);
+    return true;
+}
+
+fl_status fl_cpu_dnnl_room(const char *op, size_t need) {
+    const size_t n = need + (size_t)FL_CPU_DNNL_HEADROOM;
+    if (n < need) return FL_ERR(FL_ENOMEM, "%s: out of memory: oneDNN would need %zu bytes", op, need);
+    if (room_for(n)) return FL_OK;
+    malloc_trim(0);
+    if (room_for(n)) return FL_OK;
+    return FL_ERR(FL_ENOMEM, "%s: out of memory: oneDNN's primitive needs about %zu bytes of address space to be created "
+                  "(its JIT code and scratchpad), which the process does not have left", op, n);
+}
+
+fl_status fl_cpu_dnnl_create(void *prim, const void *pd, const char *op) {
+    const_dnnl_primitive_desc_t d = pd;
+    dnnl_primitive_t *p = prim;
+    *p = NULL;
+    int64_t scratch = 0;
+    if (dnnl_primitive_desc_query(d, dnnl_query_memory_consumption_s64, 0, &scratch) != dnnl_success || scratch < 0)
+        scratch = 0;
+    FL_TRY(fl_cpu_dnnl_room(op, (size_t)scratch));
+    dnnl_status_t s = dnnl_primitive_create(p, d);
+    if (s == dnnl_out_of_memory) return FL_ERR(FL_ENOMEM, "%s: out of memory creating oneDNN's primitive", op);
+    if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "%s: oneDNN dnnl_primitive_create failed (status %d)", op, (int)s);
+    return FL_OK;
+}
