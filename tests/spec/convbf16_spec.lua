@@ -222,15 +222,9 @@ describe("bf16 conv2d on oneDNN (stop 100)", function()
   end)
 
   it("gives the forward's and the input gradient's bits on 1 and 2 threads, chunked or whole", function()
-    local code = [[
+    local code = U.HASH_BITS .. [[
       local F = fp8.nn.F
-      local function h(t)
-        local x = 0xcbf29ce484222325
-        for _, e in ipairs(t:float():reshape({ -1 }):tolist()) do
-          x = ((x ~ string.unpack("<I4", string.pack("<f", e))) * 0x100000001b3) & 0xffffffffffff
-        end
-        return ("%d:%x"):format(t:numel(), x)
-      end
+      local h = hash_of
       fp8.manual_seed(3)
       local out = {}
       -- C, H, OC, stride per case, 2 samples but the last: 4 samples of 16·256² input and 16·64² output elements,

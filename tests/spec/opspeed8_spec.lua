@@ -10,14 +10,8 @@
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = FP8LAB_BIN or "build/fp8lab"
 
-local CODE = [[
-local function h(t)
-  local v, x = {}, 0xcbf29ce484222325
-  for _, e in ipairs(t:float():reshape({ -1 }):tolist()) do
-    x = ((x ~ string.unpack("<I4", string.pack("<f", e))) * 0x100000001b3) & 0xffffffffffff
-  end
-  return ("%d:%x"):format(t:numel(), x)
-end
+local CODE = U.HASH_BITS .. [[
+local h = hash_of
 local v = {}
 for k = 0, 65535 do v[#v + 1] = string.unpack("<f", string.pack("<I4", (k * 65537 + 12345) & 0xffffffff)) end
 for _, c in ipairs { 0.9, 8.5, 9, 9.01, 43.25, 52, 86.5, 3.4e38 } do

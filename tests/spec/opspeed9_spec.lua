@@ -16,14 +16,8 @@ local U = dofile("tests/spec/helpers/util.lua")
 local BIN = FP8LAB_BIN or "build/fp8lab"
 local memory = require "fp8._memory"
 
-local CODE = [[
-local function h(t)
-  local x = 0xcbf29ce484222325
-  for _, e in ipairs(t:float():reshape({ -1 }):tolist()) do
-    x = ((x ~ string.unpack("<I4", string.pack("<f", e))) * 0x100000001b3) & 0xffffffffffff
-  end
-  return ("%d:%x"):format(t:numel(), x)
-end
+local CODE = U.HASH_BITS .. [[
+local h = hash_of
 local out = {}
 local function put(t) out[#out + 1] = h(t) end
 fp8.manual_seed(7)

@@ -14,15 +14,9 @@
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = FP8LAB_BIN or "build/fp8lab"
 
-local CODE = [[
+local CODE = U.HASH_BITS .. [[
 local F = fp8.nn.F
-local function h(t)
-  local x = 0xcbf29ce484222325
-  for _, e in ipairs(t:float():reshape({ -1 }):tolist()) do
-    x = ((x ~ string.unpack("<I4", string.pack("<f", e))) * 0x100000001b3) & 0xffffffffffff
-  end
-  return ("%x"):format(x)
-end
+local function h(t) return ("%x"):format(hash_bits(t)) end
 fp8.manual_seed(7)
 local out = {}
 local function case(x, d)

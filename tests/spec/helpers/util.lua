@@ -348,4 +348,18 @@ function U.near(want, got, rel, where, unsigned_zero)
   assert.is_true(math.abs(got - want) <= rel * math.abs(want), ("%s: %.9g, want %.9g"):format(where, got, want))
 end
 
+
+-- Lua source for a child's code (prepend it: U.HASH_BITS .. [[...]]): hash_bits(t), a 48-bit FNV-1a-style hash of t's
+-- values' fp32 bit patterns in order, and hash_of(t), "<numel>:<hash in hex>": the bits the speed specs hold
+-- (opspeed8, opspeed9, softmaxdim, convbf16) before and after a change, without the values themselves.
+U.HASH_BITS = [[
+local function hash_bits(t)
+  local x = 0xcbf29ce484222325
+  for _, e in ipairs(t:float():reshape({ -1 }):tolist()) do
+    x = ((x ~ string.unpack("<I4", string.pack("<f", e))) * 0x100000001b3) & 0xffffffffffff
+  end
+  return x
+end
+local function hash_of(t) return ("%d:%x"):format(t:numel(), hash_bits(t)) end
+]]
 return U
