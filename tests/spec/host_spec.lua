@@ -219,7 +219,9 @@ describe("fp8lab command line", function()
       local wait = ("0.%d"):format(3 + i % 6)
       local _, err, code = run("-e " .. q(loop), nil, "timeout --foreground --preserve-status -s INT " .. wait .. " ")
       assert.are.equal(1, code, ("interrupt %d after %s s: %s"):format(i, wait, err))
-      assert.truthy(err:find("interrupted!", 1, true), err)
+      -- one error either way (since stop 100, lua-api.md): 'interrupted!' where Lua code ran when it came,
+      -- 'interrupted' where a C loop (the matmul, tanh) took it first
+      assert.truthy(err:find("%(command line%):1: interrupted!?\n") and not err:find("corrupted"), err)
     end
   end)
 end)
