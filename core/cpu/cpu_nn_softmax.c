@@ -323,6 +323,29 @@ static inline __attribute__((always_inline)) void col_ahead(const float *p, int6
     for (int64_t c = 0; c < w; c += 16) __builtin_prefetch(p + c);
 }
 
+/* log-softmax's lanes: dlane[l][c] = Σ (double)e^(x − m) over column c's rows i with l = i mod 8 for its whole
+ * eights, the rest in lane 0 (rows sst apart in src); then a[c] = (float)log of the lanes' sum, 0 + lane 0 + ... +
+ * lane 7: the rows' order (the comment above) */
+static inline __attribute__((always_inline)) void cols_dexp(const float *src, int64_t sst, int64_t size, int64_t w,
+                                                            const float *m, double (*dlane)[COL_MAX]) {
+    const int64_t n8 = size & ~(int64_t)7;
+    for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
+    for (int64_t i = 0; i < size; i++) {
+        const float *xr = src + i * sst;
+        double *ln = dlane[i < n8 ? (i & 7) : 0];
+        #pragma omp simd
+        for (int64_t c = 0; c < w; c++) ln[c] += (double)fl_nn_expf(xr[c] - m[c]);
+    }
+}
+
+static inline __attribute__((always_inline)) void cols_log(double (*dlane)[COL_MAX], int64_t w, float *a) {
+    for (int64_t c = 0; c < w; c++) {
+        double s = 0.0;
+        for (int l = 0; l < 8; l++) s += dlane[l][c];
+        a[c] = (float)log(s);
+    }
+}
+
 static inline __attribute__((always_inline)) void cols_fwd(bool log_, const float *x, float *y, int64_t size,
                                                            int64_t st, int64_t w) {
     float m[COL_MAX], a[COL_MAX], lane[8][COL_MAX];
@@ -336,18 +359,8 @@ static inline __attribute__((always_inline)) void cols_fwd(bool log_, const floa
         for (int64_t c = 0; c < w; c++) m[c] = xr[c] > m[c] ? xr[c] : m[c];
     }
     if (log_) {
-        for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
-        for (int64_t i = 0; i < size; i++) {
-            const float *xr = x + i * st;
-            double *ln = dlane[i < n8 ? (i & 7) : 0];
-            #pragma omp simd
-            for (int64_t c = 0; c < w; c++) ln[c] += (double)fl_nn_expf(xr[c] - m[c]);
-        }
-        for (int64_t c = 0; c < w; c++) {
-            double s = 0.0;
-            for (int l = 0; l < 8; l++) s += dlane[l][c];
-            a[c] = (float)log(s);
-        }
+        cols_dexp(x, st, size, w, m, dlane);
+        cols_log(dlane, w, a);
         for (int64_t i = 0; i < size; i++) {
             const float *xr = x + i * st;
             float *yr = y + i * st;
@@ -464,21 +477,14 @@ static inline __attribute__((always_inline)) void cols_fwd_packed(bool log_, con
         for (int64_t c = 0; c < w; c++) { const float v = xr[c]; br[c] = v; m[c] = v > m[c] ? v : m[c]; }
     }
     if (log_) {
-        for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
 #ifdef __x86_64__
-        if (wide) cols_exp16(true, buf, size, w, m, lane, dlane); else
+        if (wide) {
+            for (int l = 0; l < 8; l++) for (int64_t c = 0; c < w; c++) dlane[l][c] = 0.0;
+            cols_exp16(true, buf, size, w, m, lane, dlane);
+        } else
 #endif
-        for (int64_t i = 0; i < size; i++) {
-            const float *br = buf + i * w;
-            double *ln = dlane[i < n8 ? (i & 7) : 0];
-            #pragma omp simd
-            for (int64_t c = 0; c < w; c++) ln[c] += (double)fl_nn_expf(br[c] - m[c]);
-        }
-        for (int64_t c = 0; c < w; c++) {
-            double s = 0.0;
-            for (int l = 0; l < 8; l++) s += dlane[l][c];
-            a[c] = (float)log(s);
-        }
+        cols_dexp(buf, w, size, w, m, dlane);
+        cols_log(dlane, w, a);
         for (int64_t i = 0; i < size; i++) {
             const float *br = buf + i * w;
             float *yr = y + i * st;
