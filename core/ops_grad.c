@@ -446,11 +446,15 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
             fl_tensor_release(t);
             return st;
         }
+        /* s as the forward took it, the double (since 7d03f14b: a power rounded once), not its fp32 value: until
+         * stop 101 the backward took ln (float)s and x^((float)s − 1), the derivative of another power, so x^1.3's
+         * gradient at 1e20 was 1299997.1 (torch 2.15's and float64's 1300000) and 1.0000001^x's at 1e6 1.317e-7
+         * (float64's 1.105e-7: the forward's own value times ln of the exponent's fp32 rounding) */
         if (first) {   /* d(s^x)/dx = s^x·ln s, from the saved output */
             st = fl_binary_raw(&t, FL_OP_MUL, g, n->saved[0]);
-            if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, log((double)(float)s), false);
+            if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, log(s), false);
         } else {       /* d(x^s)/dx = s·x^(s-1) */
-            st = fl_binary_scalar_raw(&t, FL_OP_POW, n->saved[0], (double)(float)s - 1.0, false);
+            st = fl_binary_scalar_raw(&t, FL_OP_POW, n->saved[0], s - 1.0, false);
             if (st == FL_OK) { fl_tensor *u = t; st = fl_binary_raw(&t, FL_OP_MUL, g, u); fl_tensor_release(u); }
             if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, s, false);
         }
