@@ -332,6 +332,10 @@ M.cdist = at_caller(function(a, b, p, ...)
   local diff = a:unsqueeze(-2) - b:unsqueeze(-3)   -- [.., P, R, M]
   local ad = diff:abs()
   if p == math.huge then
+    -- no features (x1 [P, 0], x2 [R, 0]): every distance is 0, torch 2.15's zeros [P, R] (and its empty gradients);
+    -- amax over the empty last dim raised 'amax: the reduced range of tensor [P, R, 0] is empty' (stop 101). The sum
+    -- of nothing is that 0, on the graph where an input requires grad.
+    if diff:size(-1) == 0 then return ad:sum(-1) end
     if not diff:requires_grad() then return ad:amax(-1) end
     return cdist_inf()(diff)
   end

@@ -65,3 +65,23 @@ describe("a number exponent's or base's gradient", function()
     assert.are.same({ 12, 27 }, x.grad:tolist())
   end)
 end)
+
+describe("fp8.cdist with p = math.huge and no features", function()
+  -- torch 2.15: torch.cdist(torch.zeros(2, 0, requires_grad=True), torch.ones(3, 0), p=float('inf')) → zeros [2, 3],
+  -- and .sum().backward() gives the empty gradient [2, 0], as every other p; here amax over the empty last dim raised
+  -- 'amax: the reduced range of tensor [2, 3, 0] is empty and amax has no identity'
+  it("gives zeros, on the graph where an input requires grad", function()
+    local a, b = fp8.zeros { 2, 0 }:requires_grad_(), fp8.ones { 3, 0 }
+    local y = fp8.cdist(a, b, math.huge)
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, y:tolist())
+    y:sum():backward()
+    assert.are.same({ 2, 0 }, a.grad:shape())
+    local z = fp8.cdist(fp8.zeros { 4, 1, 0 }, fp8.zeros { 4, 2, 0 }, math.huge)   -- batched, no gradient
+    assert.are.same({ 4, 1, 2 }, z:shape())
+    assert.are.equal(0, z:abs():sum():item())
+    -- the other p already gave zeros there; p = inf with features is unchanged (torch's [[3., 4.]])
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, fp8.cdist(fp8.zeros { 2, 0 }, fp8.ones { 3, 0 }, 3):tolist())
+    assert.are.same({ { 3, 4 } }, fp8.cdist(fp8.tensor { { 1, -2 } }, fp8.tensor { { 4, 0 }, { 0, 2 } }, math.huge)
+      :tolist())
+  end)
+end)
