@@ -85,3 +85,31 @@ describe("fp8.cdist with p = math.huge and no features", function()
       :tolist())
   end)
 end)
+
+describe("get_total_norm and clip_grad_norm_ of order inf with an empty gradient", function()
+  -- torch 2.15: torch.nn.utils.get_total_norm([torch.tensor([1., 2.]), torch.zeros(0)], float('inf')) raises
+  -- '_foreach_norm cannot compute the infinity norm on an empty tensor because the operation does not have an
+  -- identity'; here amax's own refusal came out at the library's line: 'lua/fp8/nn/utils.lua:74: amax: the reduced
+  -- range of tensor [0] is empty and amax has no identity'
+  it("refuses it by the function's name and says which tensor", function()
+    local U = fp8.nn.utils
+    local ok, err = pcall(U.get_total_norm, { fp8.tensor { 1, 2 }, fp8.zeros { 0 } }, math.huge)
+    assert.is_false(ok)
+    assert.are.equal("get_total_norm: the inf norm of an empty tensor has no value (the operation has no identity; "
+      .. "torch refuses it too): entry 2 is [0]", (err:gsub("^[^:]*_spec%.lua:%d+: ", "")))
+    ok, err = pcall(U.get_total_norm, fp8.zeros { 3, 0 }, "inf")
+    assert.is_false(ok)
+    assert.truthy(err:find("_spec%.lua:%d+: get_total_norm: .*entry 1 is %[3, 0%]$"), err)
+    local a, b, c = fp8.zeros { 2 }:requires_grad_(), fp8.zeros { 3 }:requires_grad_(), fp8.zeros { 0 }:requires_grad_()
+    a.grad, c.grad = fp8.ones { 2 }, fp8.zeros { 0 }   -- (b has none: the message counts the parameters)
+    ok, err = pcall(U.clip_grad_norm_, { a, b, c }, 1, math.huge)
+    assert.is_false(ok)
+    assert.truthy(err:find("clip_grad_norm_: the inf norm of an empty tensor has no value %(.*%): the gradient of "
+      .. "parameter 3 is %[0%]$"), err)
+    assert.are.same({ 1, 1 }, a.grad:tolist())   -- untouched
+    -- the other orders have a value there (torch's too: 0 for an empty list's entry), and inf without the empty one
+    assert.are.equal(math.sqrt(2), U.clip_grad_norm_({ a, b, c }, 10, 2))
+    assert.are.equal(1.0, U.get_total_norm({ a.grad }, math.huge))
+    assert.are.equal(0.0, U.get_total_norm({ fp8.zeros { 0 } }, 3))
+  end)
+end)

@@ -83,7 +83,8 @@ local function all_fp32(tensors)
   for _, g in ipairs(tensors) do if g:dtype() ~= "fp32" then return false end end
   return true
 end
-local function total_norm(fname, tensors, p, error_if_nonfinite)
+-- which(i): how the refusals name tensor i (get_total_norm's "entry 2", clip_grad_norm_'s "the gradient of parameter 3")
+local function total_norm(fname, tensors, p, error_if_nonfinite, which)
   local total
   if #tensors == 0 then
     total = 0.0   -- torch's tensor(0.)
@@ -91,6 +92,17 @@ local function total_norm(fname, tensors, p, error_if_nonfinite)
     total = math.sqrt(require("fp8._optim").sumsq(tensors))
   else
     local norms, dt = {}, nil
+    if p == math.huge then
+      -- the inf norm of an empty tensor has no value (torch 2.15's _foreach_norm refuses it: the operation has no
+      -- identity); amax's own refusal said 'lua/fp8/nn/utils.lua:NN: amax: the reduced range of tensor [0] is empty',
+      -- an op and a line the caller never called (stop 101)
+      for i, g in ipairs(tensors) do
+        if g:numel() == 0 then
+          error(("%s: the inf norm of an empty tensor has no value (the operation has no identity; torch refuses it "
+            .. "too): %s is %s"):format(fname, which(i), g:shape_str()), 3)
+        end
+      end
+    end
     for i, g in ipairs(tensors) do
       local n = norm_value(g, p)
       if i > 1 and n:device() ~= norms[1]:device() then n = n:to(norms[1]:device()) end   -- torch's to(first_device)
@@ -109,14 +121,14 @@ local function total_norm(fname, tensors, p, error_if_nonfinite)
   return total
 end
 
--- The gradients of params (those that have one).
+-- The gradients of params (those that have one), and each one's parameter's position in params.
 local function grads_of(list)
-  local grads = {}
-  for _, p in ipairs(list) do
+  local grads, at = {}, {}
+  for i, p in ipairs(list) do
     local g = p.grad
-    if g ~= nil then grads[#grads + 1] = g end
+    if g ~= nil then grads[#grads + 1] = g; at[#grads] = i end
   end
-  return grads
+  return grads, at
 end
 
 -- Every gradient scaled in place by min(1, max_norm / (total + 1e-6)), torch's (a NaN total makes them NaN).
@@ -156,8 +168,9 @@ function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, ...)
   local list = param_list(params, "clip_grad_norm_")
   check_max_norm("clip_grad_norm_", max_norm)
   norm_type = check_norm_type("clip_grad_norm_", norm_type)
-  local grads = grads_of(list)
-  local total = total_norm("clip_grad_norm_", grads, norm_type, error_if_nonfinite)
+  local grads, at = grads_of(list)
+  local total = total_norm("clip_grad_norm_", grads, norm_type, error_if_nonfinite,
+    function(i) return ("the gradient of parameter %d"):format(at[i]) end)
   scale_by_norm(grads, max_norm, total)
   return total
 end
@@ -182,7 +195,8 @@ function M.get_total_norm(tensors, norm_type, error_if_nonfinite, ...)
       error(("get_total_norm: entry %d has been released (freed or closed)"):format(i), 2)
     end
   end
-  return total_norm("get_total_norm", list, check_norm_type("get_total_norm", norm_type), error_if_nonfinite)
+  return total_norm("get_total_norm", list, check_norm_type("get_total_norm", norm_type), error_if_nonfinite,
+    function(i) return ("entry %d"):format(i) end)
 end
 
 -- clip_grads_with_norm_(params, max_norm, total_norm): torch 2.6's other half: the gradients scaled in place by
