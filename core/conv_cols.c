@@ -253,6 +253,7 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         fl_tensor_release(r);
     }
     if (st == FL_OK && cl && !direct) {   /* the columns' NCHW result into the channels-last one */
+        fl_tensor_release(yl);   /* (the one the declined direct route was given) */
         st = nhwc_of(&yl, y, odt);
     }
     if (cl) {
