@@ -14,7 +14,11 @@
  * stride 1 without padding, whose columns are the input; since stop 99 its backward too, by oneDNN's backward-data and
  * backward-weights primitives (the device entries conv2d_direct_bwd_*; the bias's gradient with the weight's), each
  * falling back to the columns where the device declines; since stop 100 bf16 too (oneDNN's bf16 primitives: the
- * fp32 sums in the kernel's order, a bf16 result rounded once), fp16 keeping the columns. */
+ * fp32 sums in the kernel's order, a bf16 result rounded once), fp16 keeping the columns. Since stop 101 a
+ * channels-last conv (torch's rule on the input's or the weight's strides: channels_last below) gives a channels-last
+ * result, as torch's, and its direct route reads the input and the output gradient NHWC in place (cpu_conv.c's nhwc
+ * descriptors), a 1×1 kernel at stride 1 without padding included (its columns would want the input NCHW and the
+ * result copied back); the columns work on NCHW copies. */
 #include "nn.h"
 #include "ops.h"
 #include "ops_raw.h"
@@ -30,7 +34,9 @@
 #define CC_CHUNK (INT64_C(1) << 19)   /* column elements per chunk */
 #define CC_SUM_RUN 256                /* cpu_internal.h's FL_CPU_SUM_ROWS: the reduction's runs of rows */
 
-typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16, plain_1x1, direct; } cc_ctx;
+/* cl: the conv is channels-last (torch's channels_last: its result NHWC, and the direct route's input gradient,
+ * which the autograd makes contiguous as every gradient it keeps) */
+typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16, plain_1x1, direct, cl; } cc_ctx;
 
 /* the samples per chunk for columns of ckl elements per sample */
 static int64_t chunk_of(int64_t N, int64_t ckl) {
@@ -60,6 +66,54 @@ static fl_status weight_operand(fl_tensor **out, const fl_tensor *w, int64_t g, 
     if (st != FL_OK) { fl_tensor_release(r); return st; }
     *out = r;
     return FL_OK;
+}
+
+/* torch's guess of channels_last from the strides (c10's is_channels_last_strides_2d_s4, which suggest_memory_format
+ * reads): torch 2.15's conv2d gives a channels_last result where its input or its weight is so, and reads the input
+ * NHWC (stop 101) */
+static bool channels_last(const fl_tensor *t) {
+    static const int order[4] = { 1, 3, 2, 0 };   /* innermost first */
+    if (t->ndim != 4 || t->stride[1] == 0) return false;
+    int64_t min = 0;
+    for (int i = 0; i < 4; i++) {
+        const int d = order[i];
+        if (t->shape[d] == 0 || t->stride[d] < min) return false;
+        if (d == 0 && min == t->stride[1]) return false;   /* (N111's ambiguity: NCHW, as torch's) */
+        min = t->stride[d];
+        if (t->shape[d] > 1) min *= t->shape[d];
+    }
+    return true;
+}
+
+/* t [N, C, H, W] (4-D) with NHWC memory, in dtype dt, seen as [N, C, H, W]: a view of t where it is so already, else
+ * a copy */
+static fl_status nhwc_of(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
+    fl_tensor *a = NULL, *b = NULL, *c = NULL;
+    *out = NULL;
+    fl_status st = fl_tensor_transpose(&a, t, 1, 3);          /* [N, W, H, C] */
+    if (st == FL_OK) st = fl_tensor_transpose(&b, a, 1, 2);   /* [N, H, W, C] */
+    fl_tensor_release(a);
+    a = NULL;
+    if (st == FL_OK) st = b->dtype == dt ? fl_tensor_contiguous(&c, b) : fl_tensor_to(&c, b, dt);
+    if (st == FL_OK) st = fl_tensor_transpose(&a, c, 1, 2);
+    if (st == FL_OK) st = fl_tensor_transpose(out, a, 1, 3);
+    fl_tensor_release(a);
+    fl_tensor_release(b);
+    fl_tensor_release(c);
+    return st;
+}
+
+/* a new tensor [N, C, H, W] of dtype dt with NHWC memory (zeroed where zero) */
+static fl_status nhwc_new(fl_tensor **out, fl_dtype dt, const int64_t shape[4], bool zero) {
+    const int64_t s[4] = { shape[0], shape[2], shape[3], shape[1] };
+    fl_tensor *t = NULL, *a = NULL;
+    *out = NULL;
+    fl_status st = zero ? fl_tensor_zeros(&t, dt, 4, s, FL_DEV_CPU) : fl_tensor_empty(&t, dt, 4, s, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_transpose(&a, t, 1, 2);   /* [N, W, H, C] */
+    if (st == FL_OK) st = fl_tensor_transpose(out, a, 1, 3);
+    fl_tensor_release(a);
+    fl_tensor_release(t);
+    return st;
 }
 
 static fl_status check(const fl_tensor *x, const fl_tensor *w, const fl_window *g, int64_t groups, bool wide,
@@ -130,36 +184,45 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     const fl_dtype dt = x->dtype, odt = wide ? FL_F32 : dt;
     const int es = fl_format(dt)->bits / 8, eo = fl_format(odt)->bits / 8;
     const int64_t nb = chunk_of(N, CKL);
-    fl_tensor *xc = NULL, *a = NULL, *cols = NULL, *y = NULL, *bc = NULL;
-    fl_status st = fl_tensor_contiguous(&xc, x);
-    if (st == FL_OK && b) st = fl_tensor_contiguous(&bc, b);
+    /* channels-last (torch's rule, channels_last above): the result NHWC (yl) on every route; the direct route reads
+     * the input NHWC in place (xn: a copy only where the input is not NHWC already) and writes the result so, where
+     * the columns below work in NCHW (xc, y), the result copied into NHWC after */
+    const bool cl = channels_last(x) || channels_last(w);
+    fl_tensor *xc = NULL, *a = NULL, *cols = NULL, *y = NULL, *bc = NULL, *xn = NULL, *yl = NULL;
+    fl_status st = FL_OK;
+    if (b) st = fl_tensor_contiguous(&bc, b);
     if (st == FL_OK) st = weight_operand(&a, w, groups, dt);
-    if (st == FL_OK) st = CKL > 0 ? fl_tensor_empty(&y, odt, 4, shape, FL_DEV_CPU)
-                                  : fl_tensor_zeros(&y, odt, 4, shape, FL_DEV_CPU);   /* (no input channels: 0) */
-    if (st == FL_OK && numel > 0 && CKL == 0 && bc) {   /* no input channels: the bias alone (0 + b, the add's) */
-        const float *bv = fl_tensor_data(bc);
-        float *yv = fl_tensor_data(y);
-        for (int64_t q = 0; q < N * OC; q++)
-            for (int64_t l = 0; l < L; l++) yv[q * L + l] = 0.0f + bv[q % OC];
-    }
     /* fp32 and bf16: oneDNN's direct convolution where it has one (cpu_conv.c), but for a 1×1 kernel at stride 1
-     * without padding, whose columns are the input itself (the GEMM alone, faster than the primitive's reorders).
+     * without padding, whose columns are the input itself (the GEMM alone, faster than the primitive's reorders;
+     * channels-last, the primitive, with no reorder, 0.4-0.5× the columns' time with their copies: stop 101).
      * bf16: the products summed in fp32 into an fp32 result, rounded to bf16 once (where the result is bf16), as the
      * columns' bf16 GEMM and torch 2.15's mkldnn bf16 conv do; each output's sum in the kernel's order */
     bool direct = false;
     const bool plain_1x1 = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pb == 0 &&
                            g->pl == 0 && g->pr == 0;
-    if (st == FL_OK && numel > 0 && CKL > 0 && (dt == FL_F32 || dt == FL_BF16) && !plain_1x1) {
+    if (st == FL_OK && numel > 0 && CKL > 0 && (dt == FL_F32 || dt == FL_BF16) && (!plain_1x1 || cl)) {
         const int64_t geo[10] = { g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pb, g->pl, g->pr };
         const fl_device *cpu = fl_cpu_device();
         fl_tensor *wc = NULL, *w4 = NULL;   /* the weight operand (dt) back in w's shape, [OC, C/groups, kh, kw] */
         if (cpu->conv2d_direct) st = fl_tensor_contiguous(&wc, a);
         if (st == FL_OK && wc) st = fl_tensor_reshape(&w4, wc, 4, w->shape);
+        if (st == FL_OK && w4) st = cl ? nhwc_of(&xn, x, dt) : fl_tensor_contiguous(&xc, x);
+        if (st == FL_OK && w4) st = cl ? nhwc_new(&yl, odt, shape, false) : fl_tensor_empty(&y, odt, 4, shape, FL_DEV_CPU);
         /* the bias added by the entry as below, one fp32 addition, in its copy out of the kernel's layout (a bf16
          * result rounded there) */
-        if (st == FL_OK && w4) st = cpu->conv2d_direct(y, xc, w4, bc, groups, geo, &direct);
+        if (st == FL_OK && w4) st = cpu->conv2d_direct(cl ? yl : y, cl ? xn : xc, w4, bc, groups, geo, &direct);
         fl_tensor_release(w4);
         fl_tensor_release(wc);
+    }
+    if (st == FL_OK && !direct && !xc) st = fl_tensor_contiguous(&xc, x);
+    if (st == FL_OK && !direct && !y)
+        st = CKL > 0 ? fl_tensor_empty(&y, odt, 4, shape, FL_DEV_CPU)
+                     : fl_tensor_zeros(&y, odt, 4, shape, FL_DEV_CPU);   /* (no input channels: 0) */
+    if (st == FL_OK && numel > 0 && CKL == 0 && bc) {   /* no input channels: the bias alone (0 + b, the add's) */
+        const float *bv = fl_tensor_data(bc);
+        float *yv = fl_tensor_data(y);
+        for (int64_t q = 0; q < N * OC; q++)
+            for (int64_t l = 0; l < L; l++) yv[q * L + l] = 0.0f + bv[q % OC];
     }
     if (st == FL_OK && numel > 0 && CKL > 0 && !direct) {
         const int64_t cshape[3] = { nb, C * K, L };
@@ -189,7 +252,18 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
         fl_tensor_release(b);
         fl_tensor_release(r);
     }
+    if (st == FL_OK && cl && !direct) {   /* the columns' NCHW result into the channels-last one */
+        fl_tensor_release(yl);   /* (the one the declined direct route was given) */
+        st = nhwc_of(&yl, y, odt);
+    }
+    if (cl) {
+        fl_tensor_release(y);
+        y = yl;
+    } else {
+        fl_tensor_release(yl);
+    }
     fl_tensor_release(xc);
+    fl_tensor_release(xn);
     fl_tensor_release(a);
     fl_tensor_release(cols);
     fl_tensor_release(bc);
@@ -199,7 +273,7 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     if (!fl_any_requires_grad(b ? 3 : 2, ins)) return FL_OK;
     cc_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "conv2d_cols: out of memory"); }
-    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32, plain_1x1, direct };
+    *c = (cc_ctx){ *g, groups, oh, ow, wide, bwd16 && dt != FL_F32, plain_1x1, direct, cl };
     fl_node *nd = NULL;
     st = fl_autograd_record(out, &nd, "ConvolutionBackward", cc_bwd, b ? 3 : 2, ins);
     if (st != FL_OK) { free(c); return st; }
@@ -207,6 +281,21 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     nd->ctx_free = free;
     nd->inputs_read = 3u;   /* the input for the weight's gradient, the weight for the input's (the bias: its shape) */
     return FL_OK;
+}
+
+/* gy contiguous (NCHW) in fp32 (gradients come fp32; in case one does not) */
+static fl_status contiguous_f32(fl_tensor **out, const fl_tensor *gy) {
+    fl_tensor *h = NULL, *f = NULL;
+    *out = NULL;
+    fl_status st = fl_tensor_contiguous(&h, gy);
+    if (st == FL_OK && h->dtype != FL_F32) {
+        st = fl_tensor_to(&f, h, FL_F32);
+        fl_tensor_release(h);
+        h = f;
+    }
+    if (st == FL_OK) *out = h;
+    else fl_tensor_release(h);
+    return st;
 }
 
 static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
@@ -239,36 +328,46 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     fl_tensor *hg = NULL, *xc = NULL, *aw = NULL, *at = NULL, *cols = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     fl_tensor *hd = NULL;   /* the output gradient as the direct route reads it: hg, or rounded to bf16 */
     double *acc = NULL, *run = NULL;
-    fl_status st = fl_tensor_contiguous(&hg, gy);
-    if (st == FL_OK && hg->dtype != FL_F32) {   /* (gradients come fp32; in case one does not) */
-        fl_tensor *f = NULL;
-        st = fl_tensor_to(&f, hg, FL_F32);
-        fl_tensor_release(hg);
-        hg = f;
-    }
+    /* channels-last (c->cl): the direct route reads the output gradient and the input NHWC (hd, xc: views where they
+     * are so already) and writes the input's gradient NHWC, where its kernel works; the columns and the bias's sum
+     * below read the NCHW gradient (hg), made where they need it */
+    fl_status st = FL_OK;
+    if (!(c->cl && try_direct)) st = contiguous_f32(&hg, gy);
     if (st == FL_OK && try_direct && (need_x || need_w))
-        st = dt == FL_F32 ? (hd = fl_tensor_retain(hg), FL_OK) : fl_tensor_to(&hd, hg, dt);
+        st = c->cl ? nhwc_of(&hd, gy, dt) : dt == FL_F32 ? (hd = fl_tensor_retain(hg), FL_OK) : fl_tensor_to(&hd, hg, dt);
     if (st == FL_OK && need_x && try_direct && cpu->conv2d_direct_bwd_data) {
         fl_tensor *wc = NULL;
         st = fl_tensor_contiguous(&wc, w);
-        if (st == FL_OK) st = fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
+        if (st == FL_OK) st = c->cl ? nhwc_new(&dx, FL_F32, x->shape, false)
+                                    : fl_tensor_empty(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
         if (st == FL_OK) st = cpu->conv2d_direct_bwd_data(dx, hd, wc, gr, geo, &dx_direct);
-        if (st == FL_OK && !dx_direct) memset(fl_tensor_data(dx), 0, (size_t)(N * C * H * W) * sizeof(float));
+        if (st == FL_OK && !dx_direct) {   /* the columns': an NCHW gradient of zeros to fold into */
+            fl_tensor_release(dx);
+            dx = NULL;
+            st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
+        }
         fl_tensor_release(wc);
     } else if (st == FL_OK && need_x) {
         st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     }
-    if (st == FL_OK && need_w) st = fl_tensor_contiguous(&xc, x);
     if (st == FL_OK && need_w && try_direct && cpu->conv2d_direct_bwd_weights) {
         const int64_t b1[1] = { OC };
-        st = fl_tensor_empty(&dw, FL_F32, 4, w->shape, FL_DEV_CPU);
+        st = c->cl ? nhwc_of(&xc, x, dt) : fl_tensor_contiguous(&xc, x);
+        if (st == FL_OK) st = fl_tensor_empty(&dw, FL_F32, 4, w->shape, FL_DEV_CPU);
         if (st == FL_OK && need_b && dt == FL_F32) st = fl_tensor_empty(&db, FL_F32, 1, b1, FL_DEV_CPU);
         if (st == FL_OK) st = cpu->conv2d_direct_bwd_weights(dw, db, xc, hd, gr, geo, &dw_direct);
         if (!dw_direct) {
             fl_tensor_release(dw); fl_tensor_release(db);
             dw = db = NULL;
         }
+        if (c->cl) {   /* (the columns make theirs from the NCHW input) */
+            fl_tensor_release(xc);
+            xc = NULL;
+        }
     }
+    if (st == FL_OK && need_w && !dw_direct && !xc) st = fl_tensor_contiguous(&xc, x);
+    const bool cols_x0 = need_x && !dx_direct, cols_w0 = need_w && !dw_direct;
+    if (st == FL_OK && !hg && (cols_x0 || cols_w0 || (need_b && !db))) st = contiguous_f32(&hg, gy);
     if (st == FL_OK && need_b && !db) {
         /* the bias's gradient as the add's was taken: gy summed to [1, OC, 1, 1] (dim by dim), then [OC] */
         const int64_t bs[4] = { 1, OC, 1, 1 }, b1[1] = { OC };

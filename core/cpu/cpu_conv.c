@@ -10,7 +10,10 @@
  * the weight's gradient by that reorder); a few samples at a time (about 16 MiB of input and output a chunk), so the
  * blocked copies stay bounded and Ctrl-C is polled between chunks (the weight's and bias's gradients: each chunk's
  * summed in double, in chunk order, rounded once). Primitives (the convolution and its three reorders) are kept per
- * geometry, kind and dtype in a small LRU cache; the blocked copies' buffers between calls (cv_arena). */
+ * geometry, kind and dtype in a small LRU cache; the blocked copies' buffers between calls (cv_arena). Channels-last
+ * images (NHWC memory seen as NCHW: torch's channels_last; since stop 101) are handed to oneDNN as they are, by nhwc
+ * descriptors: the input and the output gradient read in place, the result and the input's gradient written in place
+ * (a bf16 result by nhwc_out from the kernel's fp32), only the weight reordered. */
 #include "cpu_internal.h"
 #include "cpu_conv.h"
 #include "half_cvt.h"
@@ -25,8 +28,9 @@
 enum { CV_FWD, CV_BWD_D, CV_BWD_W, CV_BWD_WB };
 
 /* dt: the operands read (the input, the weight, the output's gradient): FL_F32 or FL_BF16; the operand written is
- * fp32 either way */
-typedef struct { int64_t n, c, h, w, oc, groups, geo[10], kind, dt; } cv_key;
+ * fp32 either way. nhwc: the images (the input, the result, their gradients) are channels-last in memory (NHWC, the
+ * tensors seen as NCHW, torch's channels_last), handed to oneDNN as they are (stop 101) */
+typedef struct { int64_t n, c, h, w, oc, groups, geo[10], kind, dt, nhwc; } cv_key;
 
 typedef struct {
     cv_key key;
@@ -117,19 +121,28 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
      * exact, summed in fp32 by the kernel, rounded (to bf16, where the caller wants it) once after */
     dnnl_data_type_t ty[3];
     for (int i = 0; i < 3; i++) ty[i] = i == e->out || k->dt == FL_F32 ? dnnl_f32 : dnnl_bf16;
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[0], 4, sd, ty[0], dnnl_nchw));
+    const dnnl_format_tag_t img = k->nhwc ? dnnl_nhwc : dnnl_nchw;   /* the images' plain layout */
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[0], 4, sd, ty[0], img));
     if (g == 1) CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 4, w1, ty[1], dnnl_oihw));
     else CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[1], 5, wd, ty[1], dnnl_goihw));
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[2], 4, dd, ty[2], dnnl_nchw));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[2], 4, dd, ty[2], img));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&e->md[6], 1, bd, dnnl_f32, dnnl_a));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[0], 4, sd, ty[0], dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, ty[1], dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&any[2], 4, dd, ty[2], dnnl_format_tag_any));
     const dnnl_data_type_t hty = k->dt == FL_F32 ? dnnl_f32 : dnnl_bf16;
-    CV_CHECK(dnnl_memory_desc_init_by_tag(&hsrc, 4, sd, hty, dnnl_nchw));
+    CV_CHECK(dnnl_memory_desc_init_by_tag(&hsrc, 4, sd, hty, img));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[0], 4, sd, hty, dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[1], g == 1 ? 4 : 5, g == 1 ? w1 : wd, hty, dnnl_format_tag_any));
     CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[2], 4, dd, hty, dnnl_format_tag_any));
+    /* channels-last images (stop 101): the input and the result (or their gradients) in their plain NHWC, read and
+     * written in place, as torch 2.15's mkldnn route does for a channels_last conv; the weight's layout left to
+     * oneDNN as before. (ONEDNN_VERBOSE on this host: the same kernels as the layouts left to oneDNN picked,
+     * brgconv forward, jit:avx512_core / jit:avx512_core_amx_bf16 backward, in nhwc.) */
+    if (k->nhwc) {
+        any[2] = e->md[2];
+        CV_CHECK(dnnl_memory_desc_init_by_tag(&hany[2], 4, dd, hty, dnnl_nhwc));
+    }
     /* a first layer (one group of fewer than 16 channels: an image's 1-4) asks first for its input as it is, NCHW:
      * oneDNN's direct kernels for so few channels (jit:avx512_core's or jit:avx2's first-layer kernel) read NCHW in
      * place and write blocked channels, as torch 2.15's mkldnn route does for such a layer; the layouts left to the
@@ -137,12 +150,13 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
      * "conv2d's first layer"). The weight's gradient the same way (oneDNN's first-layer backward-weights kernel reads
      * NCHW too); a first layer's input gradient is the columns' (fl_cpu_conv2d_bwd_data declines it). A fixed
      * rule by geometry, not a timing: a geometry always takes the same kernel. */
-    const bool first = g == 1 && k->c < 16 && k->kind != CV_BWD_D;
+    const bool first = g == 1 && k->c < 16 && k->kind != CV_BWD_D && !k->nhwc;
     const char *impl = NULL;
     /* the descriptors JIT their kernels too (brgconv's): the room for them first (fl_cpu_dnnl_room) */
     if ((st = fl_cpu_dnnl_room("conv2d", 0)) != FL_OK) goto fail;
     for (int t = first ? 0 : 1; t < 2 && !pd; t++) {
-        if ((st = cv_pd(&pd, k, t ? &any[0] : &e->md[0], any, t ? &hany[0] : &hsrc, hany, &e->md[6], eng)) != FL_OK)
+        const bool pl = !t || k->nhwc;   /* the input in its plain layout */
+        if ((st = cv_pd(&pd, k, pl ? &e->md[0] : &any[0], any, pl ? &hsrc : &hany[0], hany, &e->md[6], eng)) != FL_OK)
             goto fail;
         impl = NULL;
         if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = NULL;
@@ -170,7 +184,7 @@ static fl_status cv_make(cv_entry *e, const cv_key *k, dnnl_engine_t eng) {
     if ((st = fl_cpu_dnnl_create(&e->conv, pd, "conv2d")) != FL_OK) goto fail;
     /* the written image (the forward's result, the input's gradient) copied back by unblock where its layout is one
      * of these; the weight's gradient (small) by oneDNN's reorder */
-    if (e->out != 1) {
+    if (e->out != 1 && !k->nhwc) {
         static const dnnl_format_tag_t tags[3] = { dnnl_nhwc, dnnl_nChw16c, dnnl_nChw8c };
         const int o = e->out;
         for (int i = 0; i < 3 && !e->blk; i++) {
@@ -343,6 +357,42 @@ static void unblock(float *y, uint16_t *y16, const float *b, const float *bias, 
         }
 }
 
+/* the written image's copy out of an NHWC kernel into an NHWC bf16 result (y16: each value plus the bias where given,
+ * rounded once, as unblock), or the bias added in place (y, an fp32 result the kernel wrote): np positions of oc
+ * channels; the same fp32 addition and rounding as unblock's */
+/* nhwc_out's rounding of n values (plus bias[j] where given) on AVX-512: 16 at a time (bf16x16: the same bits as
+ * fl_f32_to_bf16_bits); returns how many it did (a multiple of 16) */
+FL_CPU_AVX512 static int64_t nhwc_round16(uint16_t *d, const float *s, const float *bias, int64_t n) {
+    const int64_t n16 = n / 16 * 16;
+    for (int64_t j = 0; j < n16; j += 16) {
+        __m512 v = _mm512_loadu_ps(s + j);
+        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + j));
+        _mm256_storeu_si256((__m256i *)(d + j), bf16x16(v));
+    }
+    return n16;
+}
+
+static void nhwc_out(float *y, uint16_t *y16, const float *src, const float *bias, int64_t np, int64_t oc) {
+    const bool v16 = fl_cpu_avx512();
+    #pragma omp parallel for schedule(static) if (np * oc >= (INT64_C(1) << 16))
+    for (int64_t p = 0; p < np; p++) {
+        const float *s = y16 ? src + p * oc : y + p * oc;
+        const int64_t j0 = y16 && v16 ? nhwc_round16(y16 + p * oc, s, bias, oc) : 0;
+        if (j0 == oc) continue;
+        if (y16 && bias) {
+            uint16_t *d = y16 + p * oc;
+            for (int64_t j = j0; j < oc; j++) d[j] = fl_f32_to_bf16_bits(s[j] + bias[j]);
+        } else if (y16) {
+            uint16_t *d = y16 + p * oc;
+            for (int64_t j = j0; j < oc; j++) d[j] = fl_f32_to_bf16_bits(s[j]);
+        } else {
+            float *d = y + p * oc;
+            #pragma omp simd
+            for (int64_t j = 0; j < oc; j++) d[j] = s[j] + bias[j];
+        }
+    }
+}
+
 /* m samples by e's primitives: user = { src, weights, dst } in the plain layouts (the written one e->out), db the
  * bias's gradient (CV_BWD_WB), bias the forward's bias where unblock adds it (*biased: it did); y16: the written
  * operand is bf16 there, rounded by unblock (e->blk set: the caller checked) */
@@ -352,12 +402,13 @@ static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void 
     void *buf[3] = { NULL, NULL, NULL };   /* cv_arena's */
     dnnl_memory_t plain[3] = { NULL, NULL, NULL }, kern[3] = { NULL, NULL, NULL }, mb = NULL;
     const int o = e->out;
+    const bool nh16 = e->key.nhwc && y16;   /* an NHWC bf16 result: the kernel's fp32 in a buffer, rounded by nhwc_out */
     for (int i = 0; i < 3 && st == FL_OK; i++) {
         if (dnnl_memory_create(&plain[i], &e->md[i], eng, user[i]) != dnnl_success) {
             st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
             break;
         }
-        if (!e->re[i] && !(i == o && e->blk)) { kern[i] = plain[i]; continue; }
+        if (!e->re[i] && !(i == o && (e->blk || nh16))) { kern[i] = plain[i]; continue; }
         if (!(buf[i] = cv_buffer(i, &e->md[3 + i]))) {
             st = FL_ERR(FL_ENOMEM, "conv2d: out of memory for oneDNN's blocked copy (%zu bytes)",
                         dnnl_memory_desc_get_size(&e->md[3 + i]));
@@ -385,6 +436,10 @@ static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void 
         const dnnl_dim_t *d = e->md[o].dims;
         unblock(y16 ? NULL : user[o], y16 ? user[o] : NULL, buf[o], bias, d[0], d[1], d[2] * d[3], e->blk);
         *biased = bias != NULL;
+    } else if (st == FL_OK && e->key.nhwc && o != 1 && (nh16 || bias)) {
+        const dnnl_dim_t *d = e->md[o].dims;
+        nhwc_out(nh16 ? NULL : user[o], nh16 ? user[o] : NULL, buf[o], bias, d[0] * d[2] * d[3], d[1]);
+        *biased = bias != NULL;
     }
     for (int i = 0; i < 3; i++) {
         if (kern[i] && kern[i] != plain[i]) dnnl_memory_destroy(kern[i]);
@@ -407,15 +462,15 @@ static bool cv_wide_padding(int64_t H, int64_t W, const int64_t geo[10]) {
 
 /* the primitives of kind for a whole chunk of *nb samples and for the last one (e[1]), both asked before anything is
  * written; *ok where oneDNN has a direct kernel for both */
-static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, fl_dtype dt, int64_t N, int64_t C,
-                           int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
-                           int64_t ow, dnnl_engine_t eng) {
+static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, fl_dtype dt, bool nhwc, int64_t N,
+                           int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
+                           int64_t oh, int64_t ow, dnnl_engine_t eng) {
     const int64_t per = C * H * W + OC * oh * ow;   /* a sample's input and output elements */
     int64_t b = CV_CHUNK / (per > 0 ? per : 1);
     b = b < 1 ? 1 : b > N ? N : b;
     *nb = b;
-    cv_key k[2] = { { b, C, H, W, OC, groups, { 0 }, kind, dt },
-                    { N % b ? N % b : b, C, H, W, OC, groups, { 0 }, kind, dt } };
+    cv_key k[2] = { { b, C, H, W, OC, groups, { 0 }, kind, dt, nhwc },
+                    { N % b ? N % b : b, C, H, W, OC, groups, { 0 }, kind, dt, nhwc } };
     memcpy(k[0].geo, geo, sizeof k[0].geo);
     memcpy(k[1].geo, geo, sizeof k[1].geo);
     e[0] = e[1] = NULL;
@@ -428,27 +483,31 @@ static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, fl_d
 /* the bytes of an operand read in dt */
 static int64_t cv_es(fl_dtype dt) { return dt == FL_F32 ? 4 : 2; }
 
-/* bf16 declined, by measurement (docs/performance.md, "bf16 conv2d on oneDNN"): a 1×1 kernel (its columns are a
+/* bf16 declined, by measurement (docs/performance.md, "bf16 conv2d on oneDNN"): on NCHW images a 1×1 kernel (its
+ * columns are a
  * strided copy; the primitive's reorders of the image cost more: [32, 64, 32, 32] → 128 at stride 2 took 2.3× the
  * columns' time forward) and a first layer (one group of under 16 channels: oneDNN 2.6's bf16 kernels for so few
- * channels are jit_bf16's, not AMX's, or brgconv's behind a reorder of the image; 1.4× the columns' forward). And a
+ * channels are jit_bf16's, not AMX's, or brgconv's behind a reorder of the image; 1.4× the columns' forward); on NHWC
+ * images (nhwc, stop 101) neither, read in place there (a first layer's jit:avx512_core_amx_bf16 forward 0.3-0.7×
+ * the columns' time with their copies, its weight gradient 0.65-1.1×; a 1×1 forward at stride 1 0.4-0.5×: "conv2d on
+ * channels_last (stop 101)"). And a
  * stride past the kernel's size in either dimension: oneDNN 2.6.3's brgconv:avx512_core_amx_bf16 forward there gives
  * wrong sums (-2.5e37 for 0.0023: 4,672 of 65,536 outputs of [1, 16, 256, 256] → 16, 3×3, stride 4, padding 1, on
  * one thread) or writes past its buffers (glibc's "munmap_chunk(): invalid pointer" for 2×2 at stride 4 on a 60×60
  * image) — a sweep of kernels 1-5, strides 1-7, images of 60-256 found no other case and fp32's brgconv right on the
  * same ones (docs/robustness.md, "bf16 conv2d on oneDNN, and the blocked buffers kept") */
-static bool cv_bf16_declined(fl_dtype dt, int64_t C, int64_t groups, const int64_t geo[10]) {
-    return dt == FL_BF16 &&
-           ((geo[0] == 1 && geo[1] == 1) || (groups == 1 && C < 16) || geo[2] > geo[0] || geo[3] > geo[1]);
+static bool cv_bf16_declined(fl_dtype dt, bool nhwc, int64_t C, int64_t groups, const int64_t geo[10]) {
+    return dt == FL_BF16 && (geo[2] > geo[0] || geo[3] > geo[1] ||
+                             (!nhwc && ((geo[0] == 1 && geo[1] == 1) || (groups == 1 && C < 16))));
 }
 
 /* fl_cpu_conv2d's work, the result fp32 or, with y16, bf16 (each fp32 sum, plus the bias, rounded once: declined
  * where the kernel's layout is not one unblock copies) */
-static fl_status cv_forward(void *y, bool y16, const void *x, const void *w, const float *bias, fl_dtype dt, int64_t N,
-                            int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
-                            int64_t oh, int64_t ow, bool *ran) {
+static fl_status cv_forward(void *y, bool y16, const void *x, const void *w, const float *bias, fl_dtype dt, bool nhwc,
+                            int64_t N, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups,
+                            const int64_t geo[10], int64_t oh, int64_t ow, bool *ran) {
     *ran = false;
-    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, C, groups, geo) || cv_wide_padding(H, W, geo))
+    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, nhwc, C, groups, geo) || cv_wide_padding(H, W, geo))
         return FL_OK;
     const int64_t es = cv_es(dt);
     void *ve, *vs;
@@ -456,8 +515,8 @@ static fl_status cv_forward(void *y, bool y16, const void *x, const void *w, con
     cv_entry *e[2];
     int64_t nb;
     bool ok, biased = false;
-    fl_status st = cv_chunks(e, &nb, &ok, CV_FWD, dt, N, C, H, W, OC, groups, geo, oh, ow, ve);
-    if (ok && y16 && (!e[0]->blk || !e[1]->blk)) ok = false;
+    fl_status st = cv_chunks(e, &nb, &ok, CV_FWD, dt, nhwc, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    if (ok && y16 && !nhwc && (!e[0]->blk || !e[1]->blk)) ok = false;
     if (ok) {
         *ran = true;
         for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
@@ -483,12 +542,12 @@ static fl_status cv_forward(void *y, bool y16, const void *x, const void *w, con
 fl_status fl_cpu_conv2d(float *y, const void *x, const void *w, const float *bias, fl_dtype dt, int64_t N, int64_t C,
                         int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
                         int64_t ow, bool *ran) {
-    return cv_forward(y, false, x, w, bias, dt, N, C, H, W, OC, groups, geo, oh, ow, ran);
+    return cv_forward(y, false, x, w, bias, dt, false, N, C, H, W, OC, groups, geo, oh, ow, ran);
 }
 
-fl_status fl_cpu_conv2d_bwd_data(float *dx, const void *dy, const void *w, fl_dtype dt, int64_t N, int64_t C,
-                                 int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
-                                 int64_t ow, bool *ran) {
+static fl_status cv_bwd_data(float *dx, const void *dy, const void *w, fl_dtype dt, bool nhwc, int64_t N, int64_t C,
+                             int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                             int64_t ow, bool *ran) {
     *ran = false;
     if (dt != FL_F32 && dt != FL_BF16) return FL_OK;
     const int64_t es = cv_es(dt);
@@ -501,7 +560,7 @@ fl_status fl_cpu_conv2d_bwd_data(float *dx, const void *dy, const void *w, fl_dt
     cv_entry *e[2];
     int64_t nb;
     bool ok, biased;
-    fl_status st = cv_chunks(e, &nb, &ok, CV_BWD_D, dt, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    fl_status st = cv_chunks(e, &nb, &ok, CV_BWD_D, dt, nhwc, N, C, H, W, OC, groups, geo, oh, ow, ve);
     if (ok) {
         *ran = true;
         for (int64_t n0 = 0; st == FL_OK && n0 < N; n0 += nb) {
@@ -515,20 +574,28 @@ fl_status fl_cpu_conv2d_bwd_data(float *dx, const void *dy, const void *w, fl_dt
     return st;
 }
 
-fl_status fl_cpu_conv2d_bwd_weights(float *dw, float *db, const void *x, const void *dy, fl_dtype dt, int64_t N,
-                                    int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
-                                    int64_t oh, int64_t ow, bool *ran) {
+fl_status fl_cpu_conv2d_bwd_data(float *dx, const void *dy, const void *w, fl_dtype dt, int64_t N, int64_t C,
+                                 int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10], int64_t oh,
+                                 int64_t ow, bool *ran) {
+    return cv_bwd_data(dx, dy, w, dt, false, N, C, H, W, OC, groups, geo, oh, ow, ran);
+}
+
+static fl_status cv_bwd_weights(float *dw, float *db, const void *x, const void *dy, fl_dtype dt, bool nhwc, int64_t N,
+                                int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
+                                int64_t oh, int64_t ow, bool *ran) {
     *ran = false;
-    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, C, groups, geo)) return FL_OK;
+    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, nhwc, C, groups, geo)) return FL_OK;
     const int64_t es = cv_es(dt);
-    /* declined, by measurement: a 1×1 kernel (as the input's gradient) */
+    /* declined, by measurement: a 1×1 kernel (as the input's gradient; in NHWC too, stop 101: the same time as the
+     * columns', [32, 64, 32, 32] → 128) */
     if ((geo[0] == 1 && geo[1] == 1) || cv_wide_padding(H, W, geo)) return FL_OK;
     void *ve, *vs;
     FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
     cv_entry *e[2];
     int64_t nb;
     bool ok, biased;
-    fl_status st = cv_chunks(e, &nb, &ok, db ? CV_BWD_WB : CV_BWD_W, dt, N, C, H, W, OC, groups, geo, oh, ow, ve);
+    fl_status st = cv_chunks(e, &nb, &ok, db ? CV_BWD_WB : CV_BWD_W, dt, nhwc, N, C, H, W, OC, groups, geo, oh, ow,
+                             ve);
     const int64_t wn = OC * (C / groups) * geo[0] * geo[1], nv = wn + (db ? OC : 0);
     float *part = NULL;     /* a chunk's gradients (the weight's, then the bias's) where there are several chunks */
     double *acc = NULL;     /* their sum, in chunk order */
@@ -560,13 +627,19 @@ fl_status fl_cpu_conv2d_bwd_weights(float *dw, float *db, const void *x, const v
     return st;
 }
 
+fl_status fl_cpu_conv2d_bwd_weights(float *dw, float *db, const void *x, const void *dy, fl_dtype dt, int64_t N,
+                                    int64_t C, int64_t H, int64_t W, int64_t OC, int64_t groups, const int64_t geo[10],
+                                    int64_t oh, int64_t ow, bool *ran) {
+    return cv_bwd_weights(dw, db, x, dy, dt, false, N, C, H, W, OC, groups, geo, oh, ow, ran);
+}
+
 fl_status fl_cpu_conv2d_route(bool *direct, bool *in_place, fl_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W,
                               int64_t OC, int64_t groups, const int64_t geo[10]) {
     *direct = *in_place = false;
-    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, C, groups, geo)) return FL_OK;
+    if ((dt != FL_F32 && dt != FL_BF16) || cv_bf16_declined(dt, false, C, groups, geo)) return FL_OK;
     void *ve, *vs;
     FL_TRY(fl_cpu_dnnl_acquire(&ve, &vs));
-    cv_key k = { N, C, H, W, OC, groups, { 0 }, CV_FWD, dt };
+    cv_key k = { N, C, H, W, OC, groups, { 0 }, CV_FWD, dt, 0 };
     memcpy(k.geo, geo, sizeof k.geo);
     cv_entry *e = NULL;
     fl_status st = cv_get(&e, &k, ve);
@@ -589,6 +662,29 @@ static bool cv_plain(const fl_tensor *t, fl_dtype dt) {
     return t->dtype == dt && t->ndim == 4 && fl_tensor_is_contiguous(t);
 }
 
+/* t 4-D [N, C, H, W] of dtype dt whose memory is NHWC without gaps (torch's channels_last strides: [H·W·C, 1, W·C,
+ * C]; the stride of a size-1 dim not counted, as fl_tensor_is_contiguous) */
+static bool cv_nhwc(const fl_tensor *t, fl_dtype dt) {
+    if (t->dtype != dt || t->ndim != 4) return false;
+    static const int order[4] = { 1, 3, 2, 0 };   /* innermost first */
+    int64_t expect = 1;
+    for (int i = 0; i < 4; i++) {
+        const int d = order[i];
+        if (t->shape[d] == 0) return true;
+        if (t->shape[d] == 1) continue;
+        if (t->stride[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+/* the images' layout for the entries: *nhwc false where both are contiguous (NCHW), true where both are NHWC
+ * (conv_cols.c makes them one or the other); false returned where neither */
+static bool cv_images(bool *nhwc, const fl_tensor *a, fl_dtype da, const fl_tensor *b, fl_dtype db) {
+    *nhwc = !(cv_plain(a, da) && cv_plain(b, db));
+    return !*nhwc || (cv_nhwc(a, da) && cv_nhwc(b, db));
+}
+
 static bool cv_bias_ok(const fl_tensor *b, int64_t oc) {
     return !b || (b->dtype == FL_F32 && b->ndim == 1 && b->shape[0] == oc && fl_tensor_is_contiguous(b));
 }
@@ -600,29 +696,32 @@ fl_status fl_cpu_dev_conv2d_direct(fl_tensor *y, const fl_tensor *x, const fl_te
                                    int64_t groups, const int64_t *geo, bool *ran) {
     *ran = false;
     const bool y16 = y->dtype == FL_BF16 && x->dtype == FL_BF16;   /* a bf16 result of bf16 operands */
-    if (!cv_plain(x, x->dtype) || !cv_plain(w, x->dtype) || !cv_plain(y, y16 ? FL_BF16 : FL_F32) ||
+    bool nhwc;
+    if (!cv_images(&nhwc, x, x->dtype, y, y16 ? FL_BF16 : FL_F32) || !cv_plain(w, x->dtype) ||
         !cv_bias_ok(b, y->shape[1]))
         return FL_OK;
     return cv_forward(fl_tensor_data(y), y16, fl_tensor_data(x), fl_tensor_data(w), b ? fl_tensor_data(b) : NULL,
-                      x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], groups, geo,
+                      x->dtype, nhwc, x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], groups, geo,
                       y->shape[2], y->shape[3], ran);
 }
 
 fl_status fl_cpu_dev_conv2d_direct_bwd_data(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, int64_t groups,
                                             const int64_t *geo, bool *ran) {
     *ran = false;
-    if (!cv_plain(dx, FL_F32) || !cv_plain(dy, dy->dtype) || !cv_plain(w, dy->dtype)) return FL_OK;
-    return fl_cpu_conv2d_bwd_data(fl_tensor_data(dx), fl_tensor_data(dy), fl_tensor_data(w), dy->dtype, dx->shape[0],
-                                  dx->shape[1], dx->shape[2], dx->shape[3], dy->shape[1], groups, geo, dy->shape[2],
-                                  dy->shape[3], ran);
+    bool nhwc;
+    if (!cv_images(&nhwc, dx, FL_F32, dy, dy->dtype) || !cv_plain(w, dy->dtype)) return FL_OK;
+    return cv_bwd_data(fl_tensor_data(dx), fl_tensor_data(dy), fl_tensor_data(w), dy->dtype, nhwc, dx->shape[0],
+                       dx->shape[1], dx->shape[2], dx->shape[3], dy->shape[1], groups, geo, dy->shape[2], dy->shape[3],
+                       ran);
 }
 
 fl_status fl_cpu_dev_conv2d_direct_bwd_weights(fl_tensor *dw, fl_tensor *db, const fl_tensor *x, const fl_tensor *dy,
                                                int64_t groups, const int64_t *geo, bool *ran) {
     *ran = false;
-    if (!cv_plain(dw, FL_F32) || !cv_plain(x, x->dtype) || !cv_plain(dy, x->dtype) || !cv_bias_ok(db, dy->shape[1]))
+    bool nhwc;
+    if (!cv_plain(dw, FL_F32) || !cv_images(&nhwc, x, x->dtype, dy, x->dtype) || !cv_bias_ok(db, dy->shape[1]))
         return FL_OK;
-    return fl_cpu_conv2d_bwd_weights(fl_tensor_data(dw), db ? fl_tensor_data(db) : NULL, fl_tensor_data(x),
-                                     fl_tensor_data(dy), x->dtype, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                                     dy->shape[1], groups, geo, dy->shape[2], dy->shape[3], ran);
+    return cv_bwd_weights(fl_tensor_data(dw), db ? fl_tensor_data(db) : NULL, fl_tensor_data(x), fl_tensor_data(dy),
+                          x->dtype, nhwc, x->shape[0], x->shape[1], x->shape[2], x->shape[3], dy->shape[1], groups,
+                          geo, dy->shape[2], dy->shape[3], ran);
 }

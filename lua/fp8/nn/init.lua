@@ -368,7 +368,9 @@ add("nn.Conv2d", "fp8.nn.Conv2d(in_channels, out_channels, kernel_size [, {strid
   .. "a pooling's output size up, as torch's (what its last windows reach past the padding counts for nothing).\n"
   .. "MaxPool's return_indices=true also returns each maximum's flat input position (fp32; torch's int64), which\n"
   .. "MaxUnpool1d/2d(kernel_size [, {stride, padding}]) and F.max_unpool1d / F.max_unpool2d(x, indices, kernel_size\n"
-  .. "[, {stride, padding, output_size}]) take back. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
+  .. "[, {stride, padding, output_size}]) take back. A channels-last input or weight (NHWC memory seen as\n"
+  .. "[N, C, H, W], torch's channels_last) gives a channels-last conv2d result, as torch's, read and written\n"
+  .. "in place by oneDNN on the CPU. Transposed convolutions: help(\"nn.ConvTranspose2d\").")
 add("nn.ConvTranspose2d", "fp8.nn.ConvTranspose2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, "
   .. "output_padding=0, groups=1, bias=true, dilation=1}]) / ConvTranspose1d(...); m(x [, output_size])",
   "torch's transposed convolutions, the adjoint of Conv2d/Conv1d in its input (upsampling): one batched GEMM per\n"
