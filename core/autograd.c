@@ -471,12 +471,29 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
  * GEMMs of MmBackward0/BmmBackward0 and AddmmBackward0 (matmul, linear, and the FP8 linear in their place), the
  * aten::mul calls of MulBackward0/1, and whatever a Python autograd.Function's backward calls (fp8.autograd.Function:
  * LinkBackward). Every other node is one uncounted op in torch (ConvolutionBackward0's aten::convolution_backward,
- * SoftmaxBackward0's _softmax_backward_data, ...): the elementwise ops and GEMMs fp8lab's formula runs count none. */
+ * SoftmaxBackward0's _softmax_backward_data, ...): the elementwise ops and GEMMs fp8lab's formula runs count none.
+ * Since stop 101 also the nodes whose formula (core/ops_grad.c) runs the aten::mul and aten::add calls torch's
+ * derivatives.yaml writes for that op, each with the same first operand's size (scripts/gen_profflops.py's
+ * unary_backward, div_backward and pow_backward): AbsBackward0 (grad * sgn), ExpBackward0, SqrtBackward0 (2 * result),
+ * SinBackward0, CosBackward0, Log1PBackward0 (self + 1), Expm1Backward0 (result + 1, then the product), AtanBackward0
+ * (self * self + 1), SinhBackward0, CoshBackward0, Log2Backward0 and Log10Backward0 (self * ln b), Exp2Backward0 and
+ * RsqrtBackward0 (two products), DivBackward0 (-grad * ((a / b) / b); x / s: none, as DivBackward1's grad / s) and
+ * PowBackward0 (x ^ s: grad * (s * x^(s-1)), two products; s ^ x, PowBackward2: grad * (result * ln s)). Left
+ * uncounted, where fp8lab's formula runs other products than torch's: s / x (torch's ReciprocalBackward0 and
+ * MulBackward1: three), 0 ^ x, a tensor ^ a tensor (PowBackward1: four), erf, tan, asin, acos. */
 static bool node_counts_flops(const fl_node *nd) {
-    static const char *const counted[] = { "MatmulBackward", "LinearBackward", "FP8LinearBackward", "MulBackward" };
+    static const char *const counted[] = {
+        "MatmulBackward", "LinearBackward", "FP8LinearBackward", "MulBackward", "AbsBackward", "ExpBackward",
+        "SqrtBackward", "SinBackward", "CosBackward", "Log1PBackward", "Expm1Backward", "AtanBackward", "SinhBackward",
+        "CoshBackward", "Log2Backward", "Log10Backward", "Exp2Backward", "RsqrtBackward" };
     if (nd->backward == link_bwd) return true;
+    if (!nd->name) return false;
     for (size_t i = 0; i < sizeof counted / sizeof *counted; i++)
-        if (nd->name && strcmp(nd->name, counted[i]) == 0) return true;
+        if (strcmp(nd->name, counted[i]) == 0) return true;
+    /* fl_binary's node has two inputs; fl_binary_scalar's one, iargs[1] set where the number came first, dargs[0] it */
+    bool scalar_first = nd->ninputs == 1 && nd->iargs[1] != 0;
+    if (strcmp(nd->name, "DivBackward") == 0) return !scalar_first;
+    if (strcmp(nd->name, "PowBackward") == 0) return nd->ninputs == 1 && (!scalar_first || (float)nd->dargs[0] != 0.0f);
     return false;
 }
 

@@ -454,10 +454,82 @@ static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const i
     return st;
 }
 
+/* record_shapes: matmul's input shapes as torch's inner op has them (aten::mm, aten::bmm, aten::mv, aten::dot; their
+ * FLOPs are the one count): torch's _matmul_impl (2.15) runs a vector times a matrix as [1, K] @ [K, N]; folds the
+ * batch of a 3-d or larger operand times a matrix or a vector into one matrix, [2, 3, 4, 5] @ [5, 6] as [24, 5] @
+ * [5, 6] — where that needs no copy (the batch dims' strides nest), or where the other operand requires grad — and a
+ * matrix or vector times a 3-d or larger one through the transposes ([4, 5] @ [3, 5, 6] folds only when the first
+ * requires grad: [18, 5] @ [5, 4]); otherwise it expands both batches to their broadcast and runs bmm of [B, n, k]
+ * and [B, k, p]. Shapes that do not multiply are recorded as given (the error follows). */
+static bool grad_required(const fl_tensor *t) { return t->requires_grad || t->grad_fn != NULL; }
+
+static void matmul_torch_shapes(uint64_t tok, const fl_tensor *a, const fl_tensor *b) {
+    fl_tensor h[2];
+    memset(h, 0, sizeof h);
+    const fl_tensor *given[2] = { a, b }, *ts[2] = { &h[0], &h[1] };
+    int da = a->ndim, db = b->ndim;
+    if (da == 0 || db == 0 || da > FL_MAX_DIMS || db > FL_MAX_DIMS) { fl_prof_set_shapes(tok, 2, given); return; }
+    int64_t K = a->shape[da - 1];
+    if (da == 1 && db == 2) {                                                   /* unsqueeze(0).mm */
+        h[0].ndim = 2; h[0].shape[0] = 1; h[0].shape[1] = K;
+        h[1] = (fl_tensor){ .ndim = 2, .shape = { b->shape[0], b->shape[1] } };
+        fl_prof_set_shapes(tok, 2, ts);
+        return;
+    }
+    if (da <= 2 && db <= 2) { fl_prof_set_shapes(tok, 2, given); return; }     /* dot, mv, mm */
+    /* should_fold: t1 the larger operand (the second's transpose when it is), t2 the other */
+    bool first_larger = da >= db;
+    int d1 = first_larger ? da : db, d2 = first_larger ? db : da;
+    bool fold = false;
+    if (d1 >= 3 && d2 <= 2) {
+        if (grad_required(first_larger ? b : a)) fold = true;
+        else if (da != 2) {
+            const fl_tensor *t1 = first_larger ? a : b;
+            int64_t sh[FL_MAX_DIMS], sd[FL_MAX_DIMS];
+            memcpy(sh, t1->shape, sizeof(int64_t) * (size_t)d1);
+            memcpy(sd, t1->stride, sizeof(int64_t) * (size_t)d1);
+            if (!first_larger) {                                                /* mT: the last two swapped */
+                int64_t x = sh[d1 - 1]; sh[d1 - 1] = sh[d1 - 2]; sh[d1 - 2] = x;
+                x = sd[d1 - 1]; sd[d1 - 1] = sd[d1 - 2]; sd[d1 - 2] = x;
+            }
+            int64_t numel = 1;
+            for (int i = 0; i < d1; i++) numel *= sh[i];
+            fold = true;
+            for (int i = 0; numel != 0 && i < d1 - 2; i++)
+                if (sd[i] != sd[i + 1] * sh[i + 1]) fold = false;
+        }
+    }
+    if (fold) {
+        const fl_tensor *big = first_larger ? a : b, *small = first_larger ? b : a;
+        int64_t rows = 1, inner = first_larger ? big->shape[d1 - 1] : big->shape[d1 - 2];
+        for (int i = 0; i < d1 - 2; i++) rows *= big->shape[i];
+        rows *= first_larger ? big->shape[d1 - 2] : big->shape[d1 - 1];
+        h[0].ndim = 2; h[0].shape[0] = rows; h[0].shape[1] = inner;
+        if (d2 == 1) { h[1].ndim = 1; h[1].shape[0] = small->shape[0]; }
+        else if (first_larger) { h[1].ndim = 2; h[1].shape[0] = small->shape[0]; h[1].shape[1] = small->shape[1]; }
+        else { h[1].ndim = 2; h[1].shape[0] = small->shape[1]; h[1].shape[1] = small->shape[0]; }   /* t() */
+        fl_prof_set_shapes(tok, 2, ts);
+        return;
+    }
+    /* bmm of the broadcast batches */
+    int nba = da > 2 ? da - 2 : 0, nbb = db > 2 ? db - 2 : 0, nbatch;
+    int64_t batch[FL_MAX_DIMS], Bn = 1;
+    if (fl_broadcast_shape(nba, a->shape, nbb, b->shape, &nbatch, batch) != FL_OK) {
+        fl_clear_error();
+        fl_prof_set_shapes(tok, 2, given);
+        return;
+    }
+    for (int i = 0; i < nbatch; i++) Bn *= batch[i];
+    h[0] = (fl_tensor){ .ndim = 3, .shape = { Bn, da > 1 ? a->shape[da - 2] : 1, K } };
+    h[1] = (fl_tensor){ .ndim = 3, .shape = { Bn, db > 1 ? b->shape[db - 2] : b->shape[0], db > 1 ? b->shape[db - 1] : 1 } };
+    fl_prof_set_shapes(tok, 2, ts);
+}
+
 fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, fl_dtype cdt, fl_dtype odt) {
     char sa[200], sb[200];
     *out = NULL;
-    FL_PROF_SCOPE("matmul"); FL_PROF_SHAPES(a, b);
+    FL_PROF_SCOPE("matmul");
+    if (fl__prof.tok && (fl_prof_flags() & FL_PROF_RECORD_SHAPES)) matmul_torch_shapes(fl__prof.tok, a, b);
     FL_TRY(refuse_fp8(a, "matmul"));
     FL_TRY(refuse_fp8(b, "matmul"));
     FL_TRY(same_device(a, b, "matmul"));

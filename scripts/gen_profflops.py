@@ -6,6 +6,10 @@ the first input's elements), the other elementwise ops (none), in-place ops (non
 conv_transpose2d (none), scaled_dot_product_attention (none), the backward of each, and an MLP's training step. For
 each program and dtype: the window's total, the key_averages() rows that carry FLOPs ({key, count, flops}), those rows
 grouped by input shape ({key, shapes, flops}), and the table's FLOPs column (its title and each counted row's cell).
+It also writes tests/data/profcost_torch.lua (stop 101, tests/spec/profcost_spec.lua): the same for the programs of
+gaps() — the backwards of div, pow and the unary ops whose formulas torch writes with aten::mul or aten::add, and
+matmul's folded operands (with an operand that requires grad, a non-contiguous batch, a vector first), and
+torch._scaled_mm (none: fp8lab's FP8 GEMM keeps 2·M·N·K, docs/lua-api.md).
 Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_profflops.py"""
 
@@ -187,6 +191,64 @@ def programs(dt):
     return P
 
 
+def gaps(dt):
+    """stop 101's programs (tests/data/profcost_torch.lua): name -> setup, as programs()"""
+    P = {}
+
+    def prog(name):
+        def deco(f):
+            P[name] = f
+            return f
+        return deco
+
+    def pos(*shape):   # a leaf > 0 (for the roots and logarithms), made outside the window
+        return (torch.randn(*shape).abs() + 0.5).to(dt).requires_grad_()
+
+    @prog("div_backward")
+    def _():
+        # DivBackward0: grad / other (aten::div, none) and -grad * ((self / other) / other): one aten::mul of the
+        # output's size; DivBackward1 (x / 2): grad / 2, none
+        a, b, a2, v, a3 = r(4, 8, grad=True, dt=dt), pos(4, 8), r(4, 8, grad=True, dt=dt), pos(8), r(4, 8, grad=True, dt=dt)
+        return lambda: ((a / b).sum().backward(), (a2 / v).sum().backward(), (a3 / 2).sum().backward())
+
+    @prog("pow_backward")
+    def _():
+        # PowBackward0 (x ** s): grad * (s * x.pow(s - 1)), two aten::mul; PowBackward2 (s ** x): grad * (result * ln s)
+        a, a2, a3 = pos(4, 8), pos(4, 8), r(4, 8, grad=True, dt=dt)
+        return lambda: ((a ** 2).sum().backward(), (a2 ** 3.5).sum().backward(), (2 ** a3).sum().backward())
+
+    @prog("unary_backward")
+    def _():
+        # each of these backwards multiplies (or adds a number) as torch's derivatives.yaml writes it
+        fs = [torch.abs, torch.exp, torch.sqrt, torch.sin, torch.cos, torch.log1p, torch.expm1, torch.atan,
+              torch.sinh, torch.cosh, torch.log2, torch.log10, torch.exp2, torch.rsqrt, torch.log, torch.neg,
+              torch.tanh, torch.sigmoid]
+        xs = [pos(4, 8) for _ in fs]
+        return lambda: [f(x).sum().backward() for f, x in zip(fs, xs)]
+
+    @prog("matmul_folded")
+    def _():
+        # torch's matmul folds a batch into aten::mm where it need not copy, or where the other operand requires grad
+        # (it folds then even at a copy), and takes the transposed route when the second operand is the larger
+        x4, y2, v5 = r(2, 3, 4, 5, dt=dt), r(5, 6, dt=dt), r(5, dt=dt)
+        m45g, b356 = r(4, 5, grad=True, dt=dt), r(3, 5, 6, dt=dt)
+        xt = r(3, 4, 5, dt=dt).transpose(0, 1)              # [4, 3, 5], its batch not foldable without a copy
+        y2g = r(5, 6, grad=True, dt=dt)
+        m45 = r(4, 5, dt=dt)
+        return lambda: (x4 @ y2, v5 @ y2, m45g @ b356, xt @ y2, xt @ y2g, m45 @ b356, v5 @ b356)
+
+    @prog("scaled_mm")
+    def _():
+        # torchao's FP8 GEMM: torch.profiler counts none for aten::_scaled_mm (torch.utils.flop_counter's
+        # FlopCounterMode counts it 2·M·N·K); fp8lab's fp8_gemm keeps 2·M·N·K, a documented difference
+        a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+        b = torch.randn(64, 32).to(torch.float8_e4m3fn).t()
+        s = torch.tensor(1.0)
+        return lambda: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.float32)
+
+    return P
+
+
 def run(fn):
     with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as p:
         fn()
@@ -211,10 +273,10 @@ def lua_str(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def main():
+def entries(make):
     out = []
     for dt, dname in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
-        for name, setup in programs(dt).items():
+        for name, setup in make(dt).items():
             torch.manual_seed(0)
             total, rows, shaped, title, cells = run(setup())
             out.append("{program = %s, dtype = %s, total = %d, rows = {%s}, shaped = {%s}, title = %s, cells = {%s}}" % (
@@ -223,10 +285,20 @@ def main():
                 ", ".join("{%s, %s, %d}" % (lua_str(k), lua_str(s), f) for k, s, f in shaped),
                 "nil" if title is None else lua_str(title),
                 ", ".join("[%s] = %s" % (lua_str(k), lua_str(v)) for k, v in sorted(cells.items()))))
+    return out
+
+
+def main():
+    out = entries(programs)
     write("tests/data/profflops_torch.lua", "scripts/gen_profflops.py", torch.__version__, {
         # each: the program (tests/spec/profflops_spec.lua runs it in fp8lab), the dtype, the window's FLOPs, the
         # key_averages() rows with FLOPs as {key, count, flops}, those grouped by input shape as {key, shapes, flops},
         # the table's FLOPs column title (nil: no column) and its cell of each counted row
+        "programs": "{\n    " + ",\n    ".join(out) + "}",
+    })
+    out = entries(gaps)
+    write("tests/data/profcost_torch.lua", "scripts/gen_profflops.py", torch.__version__, {
+        # as profflops_torch.lua's, for the programs of gaps() (stop 101)
         "programs": "{\n    " + ",\n    ".join(out) + "}",
     })
 

@@ -131,9 +131,17 @@ local function grads_of(list)
   return grads, at
 end
 
--- Every gradient scaled in place by min(1, max_norm / (total + 1e-6)), torch's (a NaN total makes them NaN).
+-- Every gradient scaled in place by min(1, max_norm / (total + 1e-6)), torch's (a NaN total makes them NaN). torch
+-- computes the coefficient of its 0-d total norm, as aten::add and then aten::reciprocal and aten::mul (1 FLOP each
+-- with with_flops); here it is Lua numbers, recorded as the ops of scalars torch's are: an `add` and a `div` (fp8lab's
+-- event for a number over a tensor, torch's reciprocal and mul), 1 FLOP each, inputs [[], [], []] and [[], []]
+-- (stop 101: a profiled step's total was 2 FLOPs short of torch's)
+local prof_op = require "fp8.prof_op"
+local function plus_eps(t) return t + 1e-6 end
+local function over(m, d) return m / d end
+local SCALARS3, SCALARS2 = { n = 3 }, { n = 2 }
 local function scale_by_norm(grads, max_norm, total)
-  local coef = max_norm / (total + 1e-6)
+  local coef = prof_op("div", 1, SCALARS2, over, max_norm, prof_op("add", 1, SCALARS3, plus_eps, total))
   if not (coef >= 1) then   -- < 1, or NaN (torch's clamp(coef, max=1) keeps a NaN)
     local C = require "fp8._optim"
     for _, g in ipairs(grads) do C.scale_(g, coef) end
