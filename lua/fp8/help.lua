@@ -1086,4 +1086,6 @@ function M.help(...)
   print(M.text(x))
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.help", { "section_key" })
 return M
