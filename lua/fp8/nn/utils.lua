@@ -84,6 +84,16 @@ local function all_fp32(tensors)
   return true
 end
 local function total_norm(fname, tensors, p, error_if_nonfinite)
+  if p == math.huge then
+    -- the inf norm of an empty tensor has no value (torch's _foreach_norm refuses it: no identity); it raised amax's
+    -- 'lua/fp8/nn/utils.lua:74: amax: the reduced range of tensor [2, 0] is empty ...' until stop 101
+    for i, g in ipairs(tensors) do
+      if g:numel() == 0 then
+        error(("%s: the inf norm of an empty tensor has no value (the operation has no identity; torch refuses it "
+          .. "too): entry %d is %s"):format(fname, i, g:shape_str()), 3)
+      end
+    end
+  end
   local total
   if #tensors == 0 then
     total = 0.0   -- torch's tensor(0.)
