@@ -138,6 +138,8 @@ describe("the library's internal modules called from a user's code", function()
         "fp8.opts.check: x: the valid names must be a table" },
       { function() return require("fp8.distributed").shard({}) end, "fp8.distributed.shard: acc must be an Accelerator" },
       { function() return require("fp8.prof_op")("add", nil, nil, nil) end, "fp8.prof_op: fn must be a function" },
+      { function() return require("fp8.optim.msamp_adamw").from_adamw({ param_groups = { 5 } }) end,
+        "from_adamw: expected an AdamW optimizer, whose param_groups are tables, got 5 as group 1" },
     } do
       local err = U.fails_with(c[2], c[1])
       assert.is_nil(err:find("attempt to", 1, true), err)
