@@ -147,6 +147,18 @@ describe("the library's internal modules called from a user's code", function()
     end
   end)
 
+  it("and the public entries the whole API's --messages sweep listed name the problem (progress, GradScaler)", function()
+    -- fp8.progress(2, {total = math.huge}) raised "bad argument #2 to 'format' (number has no integer representation)"
+    -- from its line; GradScaler:unscale_ of an optimizer-like table whose groups or parameters are numbers "attempt to
+    -- index a number value (local 'g')"
+    assert.truthy(fp8.progress(2, { total = math.huge }):line():find("0/inf", 1, true))
+    assert.truthy(fp8.progress(2, { total = 1.5 }):line():find("0/1.50", 1, true))
+    local s = fp8.amp.GradScaler()
+    U.fails_with("GradScaler: the optimizer's param_groups[1] must be a parameter group (a table), got 5", s.unscale_, s,
+      { param_groups = { 5 } })
+    U.fails_with("GradScaler: the optimizer's parameter 1 must be a tensor, got 5", s.unscale_, s, { params = { 5 } })
+  end)
+
   it("keep their messages and levels when the library calls them (a public function's refusal is unchanged)", function()
     U.fails_with("Linear: unknown option", fp8.nn.Linear, 2, 3, { nope = 1 })
     local err = U.fails_with("conv2d:", F.conv2d, fp8.zeros { 1, 1, 4, 4 }, fp8.zeros { 1, 1, 3, 3 }, nil, { stride = 0 })
