@@ -796,14 +796,17 @@ static fl_status extreme_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     if (st == FL_OK) { fl_tensor_release(t); t = NULL; st = fl_binary_raw(&t, FL_OP_MUL, m2, q); }
     if (st == FL_OK) st = masked_grad(&res, m2, t);   /* not m2·q: an inf or NaN g stays off the other elements */
     if (st == FL_OK && op == FL_OP_AMAX) {
-        /* sign(x), but -0 at a NaN (torch's sgn(NaN) is 0: the inf-norm's gradient in a slice holding a NaN is 0
-         * there, where it was NaN until stop 99); the other elements' sign bits as they were */
-        fl_tensor *sg = NULL, *ok = NULL;
+        /* torch's sgn(x): ±1, and +0 at a NaN and at ±0 (the inf-norm's gradient in a slice holding a NaN is 0
+         * there, where it was NaN until stop 99, and +0 as torch's since stop 101: where's fill and sign(-0) made it
+         * -0). The +0 comes from adding +0, which turns only -0 into +0. */
+        fl_tensor *sg = NULL, *ok = NULL, *w = NULL;
         st = fl_unary_raw(&sg, FL_OP_SIGN, x);
         if (st == FL_OK) st = fl_binary_raw(&ok, FL_OP_EQ, x, x);
-        if (st == FL_OK) st = fl_binary_raw(&s, FL_OP_WHERE, ok, sg);   /* sg where x == x, -0 elsewhere */
+        if (st == FL_OK) st = fl_binary_raw(&w, FL_OP_WHERE, ok, sg);   /* sg where x == x, -0 elsewhere */
+        if (st == FL_OK) st = fl_binary_scalar_raw(&s, FL_OP_ADD, w, 0.0, false);
         fl_tensor_release(sg);
         fl_tensor_release(ok);
+        fl_tensor_release(w);
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, res, s);
     } else if (st == FL_OK) {
         gin[0] = res;

@@ -142,16 +142,28 @@ end
 -- The parameters an optimizer updates: param_groups[i].params, .params, or :parameters().
 local function optimizer_params(opt)
   if type(opt) ~= "table" then error(("GradScaler: expected an optimizer, got %s"):format(type(opt)), 3) end
-  local out = {}
+  local out
   if type(opt.param_groups) == "table" then
-    for _, g in ipairs(opt.param_groups) do
+    out = {}
+    for i, g in ipairs(opt.param_groups) do
+      -- (a group or a parameter that is not what an optimizer holds failed at 'attempt to index a number value
+      -- (local 'g')' in this file until stop 101)
+      if type(g) ~= "table" then
+        error(("GradScaler: the optimizer's param_groups[%d] must be a parameter group (a table), got %s"):format(i,
+          require("fp8.opts").got(g)), 3)
+      end
       for _, p in ipairs(g.params or g) do out[#out + 1] = p end
     end
-    return out
+  elseif type(opt.params) == "table" then out = opt.params
+  elseif type(opt.parameters) == "function" then out = opt:parameters()
+  else error("GradScaler: cannot find the optimizer's parameters (expected param_groups or params)", 3) end
+  for i, p in ipairs(out) do
+    if type(p) ~= "table" and not require("fp8.core").is_tensor(p) then   -- (a table: an object with a grad)
+      error(("GradScaler: the optimizer's parameter %d must be a tensor, got %s"):format(i,
+        require("fp8.opts").got(p)), 3)
+    end
   end
-  if type(opt.params) == "table" then return opt.params end
-  if type(opt.parameters) == "function" then return opt:parameters() end
-  error("GradScaler: cannot find the optimizer's parameters (expected param_groups or params)", 3)
+  return out
 end
 
 local function grad_of(p)

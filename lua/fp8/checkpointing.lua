@@ -1386,4 +1386,6 @@ end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(ProjectConfiguration, "ProjectConfiguration")
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.checkpointing", { "install", "project_config_from" })
 return M

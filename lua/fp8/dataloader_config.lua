@@ -96,4 +96,6 @@ end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 O.strict_arity(DataLoaderConfiguration, "DataLoaderConfiguration")
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.dataloader_config")
 return M

@@ -903,6 +903,15 @@ function M.is_sharded(v) return getmetatable(v) == Sharded end
 
 -- shard(acc, loader [, even_batches [, split_batches]]) -> the loader as this rank sees it.
 function M.shard(acc, loader, even_batches, split)
+  -- (the sharded loader read them at its first use, and a user's direct call failed there with 'attempt to index a
+  -- nil value (local 'ld')'; stop 101)
+  if type(acc) ~= "table" or math.type(acc.num_processes) ~= "integer" or math.type(acc.process_index) ~= "integer" then
+    error(("fp8.distributed.shard: acc must be an Accelerator (num_processes and process_index integers), got %s")
+      :format(require("fp8.opts").got(acc)), 2)
+  end
+  if type(loader) ~= "table" then
+    error(("fp8.distributed.shard: loader must be a data loader, got %s"):format(require("fp8.opts").got(loader)), 2)
+  end
   if even_batches == nil then even_batches = true end
   return setmetatable({ _loader = loader, _acc = acc, _N = acc.num_processes, _r = acc.process_index,
     _even = even_batches, _split = split == true }, Sharded)
@@ -982,4 +991,6 @@ end
 
 -- every public method refuses arguments past its parameters (fp8.opts.strict_arity)
 require("fp8.opts").strict_arity(Sharded, "DataLoaderShard")
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.distributed")
 return M

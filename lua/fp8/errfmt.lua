@@ -142,4 +142,6 @@ function M.public_of(file)
   end, strip
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.errfmt", { "is_own_source", "public_of" })
 return M

@@ -62,4 +62,6 @@ function M.unpack(t)
   return st
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.fp8_state")
 return M

@@ -132,7 +132,7 @@ add_all {
        .. "{invert=}]) / unique(input [, {sorted=, return_inverse=, return_counts=}]) / logspace(start, end, steps "
        .. "[, {base=10, dtype=, device=}])",
     doc = "torch's: pairwise p-norm distances (computed directly; a zero distance's gradient 0; p = 0 counts the\n"
-       .. "nonzero coordinates, its gradient zeros; p = math.huge gives g·sign(d) to each tied largest |d|, as\n"
+       .. "nonzero coordinates (NaN where one is NaN), its gradient zeros; no coordinates: 0; p = math.huge gives g·sign(d) to each tied largest |d|, as\n"
        .. "torch's cdist, where x:norm(math.huge) splits g among the ties); insertion\n"
        .. "positions by binary search; counts of whole numbers; membership; the distinct values ascending (with the\n"
        .. "inverse and counts as asked; sorted=false keeps the order of first appearance; dim is refused);\n"
@@ -1086,4 +1086,6 @@ function M.help(...)
   print(M.text(x))
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.help", { "section_key" })
 return M

@@ -262,4 +262,6 @@ function M.load(model, checkpoint, opts, ...)
   return res
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(M, "fp8.model_files")
 return M

@@ -231,6 +231,75 @@ function M.strict_functions(tbl, prefix)
   return tbl
 end
 
+-- internal_functions(tbl, prefix [, names]): the functions of a library-internal module (fp8.ddp, fp8.distributed,
+-- fp8.nn.conv_geometry, ...: each the inside of a public API that checks its arguments before the call) named when
+-- a user's code calls one directly. Called from the library's own Lua, a wrapper tail-calls the function, so nothing
+-- changes there (its errors, their levels, its cost but a debug.getinfo). Called from elsewhere (a script, the REPL,
+-- the API sweep), an error it raises comes back naming it: Lua's raw error at the module's line ('lua/fp8/ddp.lua:56:
+-- attempt to index a nil value (local 'acc')', until stop 101) as 'fp8.ddp.agree: got (nil, nil) where it takes (acc,
+-- model), which this internal helper cannot use (...): index a nil value (local 'acc'), at lua/fp8/ddp.lua:56', and a message
+-- without the function's name ('FP8 recipe state: expected a 1-d tensor, got number') with it in front; both at the
+-- caller's line. names: the functions to wrap (nil: every public one). Returns tbl.
+local RAW_ERRORS = { "attempt to ", "bad argument #%d+ to '%?'", "table index is ", "number has no integer "
+  .. "representation", "invalid key to 'next'", "invalid value %(at index" }
+local function own_caller()
+  -- the first Lua frame above the wrapper (C frames, pcall's, skipped): the library's own chunks are named
+  -- lua/fp8/... (errfmt's rule); a wrapper reached by a tail call looks at the frame below the one that made it
+  for level = 3, 12 do
+    local info = debug.getinfo(level, "S")
+    if info == nil then return false end
+    if info.what ~= "C" then return info.source:match("^@lua/fp8/") ~= nil or info.source:match("^@.*/lua/fp8/") ~= nil end
+  end
+  return false
+end
+function M.internal_functions(tbl, prefix, names)
+  local todo = {}
+  for name, f in next, tbl do
+    if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
+      todo[name] = f
+    end
+  end
+  if names then
+    local keep = {}
+    for _, n in ipairs(names) do keep[n] = todo[n] end
+    todo = keep
+  end
+  for name, f in pairs(todo) do
+    local info = debug.getinfo(f, "u")
+    local params = {}
+    for i = 1, info.nparams do params[i] = debug.getlocal(f, i) end
+    if info.isvararg then params[#params + 1] = "..." end
+    local qname = prefix .. "." .. name
+    local sig = "(" .. table.concat(params, ", ") .. ")"
+    local function finish(n, ok, ...)
+      if ok then return ... end
+      local e = (...)
+      if type(e) ~= "string" then error(e, 0) end   -- an error object: the library's own, as it is
+      local body = e:match("^[^\n:]+:%d+: (.*)$") or e
+      local where = e:match("^([^\n:]+:%d+): ")
+      local raw = false
+      for _, pat in ipairs(RAW_ERRORS) do raw = raw or body:find(pat) ~= nil end
+      if raw then
+        local got = {}
+        for i = 1, math.min(math.max(n.n, info.nparams), 8) do got[i] = M.got(n[i]) end
+        body = body:gsub("^attempt to ", ""):gsub("bad argument #(%d+) to '%?'", "argument #%1 of a call inside it is bad")
+        error(("%s: got (%s) where it takes %s, which this internal helper cannot use (the library's public "
+          .. "functions check what they pass it): %s%s"):format(qname, table.concat(got, ", "), sig, body,
+          where and ", at " .. where or ""), 2)
+      end
+      if body:find(name, 1, true) then error(body, 2) end
+      error(qname .. ": " .. body, 2)
+    end
+    local w = function(...)
+      if own_caller() then return f(...) end
+      return finish(table.pack(...), pcall(f, ...))
+    end
+    WRAPPED[w], ARITY[w] = true, M.arity(f) or nil
+    rawset(tbl, name, w)
+  end
+  return tbl
+end
+
 function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
   check_valid(valid, tostring(fname), level)
@@ -277,4 +346,6 @@ function M.exact_positions(fname, largest, what, level)
   end
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+M.internal_functions(M, "fp8.opts", { "check", "exact_positions", "fp32_scale_ok" })
 return M

@@ -12,6 +12,10 @@ local push, pop, set_flops, set_shapes = P.push, P.pop, P.set_flops, P.set_shape
 local unpack = table.unpack
 
 return function(name, flops, inputs, fn, ...)
+  -- (a direct call without fn failed at 'attempt to call a nil value (local 'fn')'; stop 101)
+  if type(fn) ~= "function" then
+    error(("fp8.prof_op: fn must be a function (the op's body), got %s"):format(require("fp8.opts").got(fn)), 2)
+  end
   local tok = push(name, "op")
   if tok == 0 then return fn(...) end
   if inputs then set_shapes(tok, inputs.n, unpack(inputs, 1, inputs.n)) end

@@ -125,9 +125,14 @@ function Bar:set_postfix(t, v)
   return self
 end
 
--- A count as text: an integer as one, a fractional count (update(0.5)) with its fraction.
+-- A count as text: an integer as one, a fractional count (update(0.5)) with its fraction, inf, NaN and a float past
+-- 1e15 as %g (total = math.huge, or 1e300: '%d' raised "bad argument #2 to 'format' (number has no integer
+-- representation)" from line() until stop 101)
 local function count(n)
-  return n == math.floor(n) and ("%d"):format(n) or ("%.2f"):format(n)
+  local i = math.tointeger(n)
+  if i then return ("%d"):format(i) end
+  if n ~= n or math.abs(n) >= 1e15 then return ("%g"):format(n) end
+  return ("%.2f"):format(n)
 end
 
 function Bar:line()
@@ -142,10 +147,10 @@ function Bar:line()
     if self.tty then
       local fill = math.floor(frac * self.width + 0.5)
       parts[#parts + 1] = ("%3.0f%%|%s%s|"):format(frac * 100, ("#"):rep(fill), (" "):rep(self.width - fill))
-      parts[#parts + 1] = ("%s/%d"):format(count(self.n), self.total)
+      parts[#parts + 1] = ("%s/%s"):format(count(self.n), count(self.total))
     else
       -- tqdm's {percentage:3.0f}: rounded to the nearest (2/3 is 67%, not 66%), as printf rounds
-      parts[#parts + 1] = ("%s/%d (%.0f%%)"):format(count(self.n), self.total, frac * 100)
+      parts[#parts + 1] = ("%s/%s (%.0f%%)"):format(count(self.n), count(self.total), frac * 100)
     end
   else
     parts[#parts + 1] = count(self.n)

@@ -39,14 +39,17 @@ function T._root(s, p)
   return where(nz, p == 2 and safe:sqrt() or safe:pow(1 / p), 0)
 end
 
--- torch's -inf norm: the smallest |x| over dim (nil: all; a dim or a list of them), NaN if any is NaN, its gradient
--- split among the elements that equal it and the NaNs (torch 2.15's norm backward for ±inf: sgn(x)·g·mask / Σmask):
--- m + Σ_mask(|x| − |x|) / count, whose value is m's bits; where m is inf (every element inf or NaN: |x| − |x| is NaN
--- there) the mean of the masked |x|, inf with the same gradient. A NaN element's gradient is 0 (torch's sgn(NaN) is
--- 0; abs's backward here would give NaN): x's graph is cut there. x:norm(-math.huge) and dist's.
-function T._min_abs_norm(x, dim, keepdim)
-  local a = where(x:isnan(), x:detach(), x):abs()
-  local ad = a:detach()
+-- torch's -inf norm: the smallest |x| over dim (nil: all; a dim or a list of them), NaN if any is NaN; where it is
+-- inf (every element inf or NaN) the mean of the masked |x|, inf or NaN. Its gradient is torch 2.15's norm backward
+-- for ±inf, sgn(x)·(g / count) on the elements whose |x| equals it (mask, count of them), sgn(x)·0 elsewhere: a slice
+-- whose norm is NaN takes none, an element off the mask -0 where x < 0, +0 at ±0 and NaN (torch's sgn). The graph
+-- of ops it was until stop 101 (m + Σ_mask(|x| − |x|) / count) gave those zeros as +0 (abs's backward and where's
+-- fill) and split g among a NaN slice's NaNs: an fp8.autograd.Function (MinAbsNormBackward) gives the gradient, its
+-- zeros selected, not multiplied (an inf or NaN g stays off the elements that did not take it, as the amax
+-- backward's masked_grad). x:norm(-math.huge) and dist's.
+local MIN_ABS
+local function min_abs_value(x, dim)
+  local ad = x:abs()
   local m = ad
   if dim == nil then
     m = ad:min()
@@ -58,11 +61,28 @@ function T._min_abs_norm(x, dim, keepdim)
     for i = 1, rawlen(list) do m = m:min(rawget(list, i), true) end
   end
   local mask = ad:eq(m):logical_or(ad:isnan())
-  local count = mask:to(a:dtype()):sum(dim, true)
-  local n = where(m:isfinite(), m + where(mask, a - ad, 0):sum(dim, true) / count,
-    where(mask, a, 0):sum(dim, true) / count)
-  if not keepdim then n = n:reshape(ad:sum(dim, false):shape()) end
-  return n
+  local count = mask:to(ad:dtype()):sum(dim, true)
+  return where(m:isfinite(), m, where(mask, ad, 0):sum(dim, true) / count), ad
+end
+function T._min_abs_norm(x, dim, keepdim)
+  local shape = x:abs():sum(dim, keepdim):shape()
+  if not x:requires_grad() then return (min_abs_value(x, dim)):reshape(shape) end
+  MIN_ABS = MIN_ABS or require("fp8.autograd_function").Function {
+    name = "MinAbsNorm",
+    forward = function(ctx, xx, d)
+      local n, ad = min_abs_value(xx, d)
+      local mask = ad:eq(n)   -- (no NaN is equal: a NaN slice takes no gradient, torch's)
+      ctx:save_for_backward(xx, mask, mask:to(ad:dtype()):sum(d, true))
+      return n
+    end,
+    backward = function(ctx, g)
+      local xx, mask, count = ctx.saved_tensors[1], ctx.saved_tensors[2], ctx.saved_tensors[3]
+      local sgn = where(xx:isnan(), 0, xx:sign()) + 0   -- torch's sgn: +0 at ±0 and NaN
+      local share = where(mask, g:reshape(count:shape()) / count, 0) + 0
+      return sgn * share, nil
+    end,
+  }
+  return MIN_ABS(x, dim):reshape(shape)
 end
 
 -- The dims of x that dim names (nil: all; a dim or a list of them, counted from 1, negative from the end) as the

@@ -340,12 +340,16 @@ M.cdist = at_caller(function(a, b, p, ...)
     return cdist_inf()(diff)
   end
   if p == 0 then
-    -- the count of nonzero coordinates, on the graph with a zero gradient where an input requires grad (torch's has
-    -- a grad_fn and its backward gives zeros; until stop 100 backward() raised 'tensor does not require grad'), by
-    -- where, not d·0 (an inf coordinate would make the count NaN), as F.pairwise_distance's p = 0
-    local count = ad:detach():ne(0):to(ad:dtype()):sum(-1)
+    -- the count of nonzero coordinates, NaN where a coordinate is NaN (torch's cdist; its norm(0) counts a NaN as 1:
+    -- the count did here too until stop 101), on the graph with a zero gradient where an input requires grad
+    -- (torch's has a grad_fn and its backward gives zeros; until stop 100 backward() raised 'tensor does not require
+    -- grad'), by where, not d·0 (an inf coordinate would make the count NaN), as F.pairwise_distance's p = 0; the
+    -- graph's term is diff's sum, not |diff|'s (abs's backward at a NaN coordinate gave NaN, torch's 0; stop 101)
+    local add = ad:detach()
+    local count = add:ne(0):to(ad:dtype()):sum(-1)
+    count = where(add:isnan():to(ad:dtype()):sum(-1):gt(0), 0 / 0, count)
     if not ad:requires_grad() then return count end
-    return where(T.ones_like(count), count, ad:sum(-1))
+    return where(T.ones_like(count), count, diff:sum(-1))
   end
   if p == 1 then return ad:sum(-1) end
   return T._norm_rescaled(diff, -1, function(v)   -- Σ|d|^p out of range: d scaled first

@@ -203,4 +203,6 @@ function G.repr_is(v, d)
   return (n == 1 or n == 2) and rawget(v, 1) == d and (n == 1 or rawget(v, 2) == d)
 end
 
+-- called from a user's code, these name themselves in their errors (fp8.opts.internal_functions; stop 101)
+require("fp8.opts").internal_functions(G, "fp8.nn.conv_geometry")
 return G

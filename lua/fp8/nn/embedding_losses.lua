@@ -46,8 +46,11 @@ end
 function F._pairwise_options(name, p, eps, keepdim, level)
   if p == nil then p = 2.0 end   -- (defaults only when not given: false is refused below)
   if eps == nil then eps = 1e-6 end
-  if type(p) ~= "number" or not (p >= 0) then
-    error(("%s: p must be a number >= 0, got %s"):format(name, O.got(p)), level)
+  -- any number but NaN, as torch 2.15's (its norm of d: p < 0 is (Σ|d|^p)^(1/p), -math.huge the smallest |d|; p < 0
+  -- was refused until stop 101); NaN refused by name, as norm's and normalize's
+  if type(p) ~= "number" or p ~= p then
+    error(("%s: p must be a number (math.huge and -math.huge included, NaN not), got %s"):format(name, O.got(p)),
+      level)
   end
   if type(eps) ~= "number" or eps ~= eps or math.abs(eps) == math.huge then
     error(("%s: eps must be a finite number, got %s"):format(name, O.got(eps)), level)
@@ -77,14 +80,21 @@ function F.pairwise_distance(x1, x2, p, eps, keepdim, ...)
   p, eps, keepdim = F._pairwise_options(N, p, eps, keepdim, 3)
   local d = x1 - x2 + eps
   if d:dim() == 0 then error(("%s: the inputs are 0-d; it reduces along the last dim, so needs one"):format(N), 2) end
+  if (p < 0 or p == math.huge) and d:size(-1) == 0 then
+    -- (said 'norm: the inf norm of an empty reduction ...', an op the caller never called, until stop 101)
+    error(("%s: the %s norm of an empty last dim has no value (the operation has no identity; torch refuses it too), "
+      .. "difference %s"):format(N, p == math.huge and "inf" or p == -math.huge and "-inf" or ("%.14g"):format(p),
+      d:shape_str()), 2)
+  end
   return F._p_norm(d, p, keepdim)
 end
 
--- ‖d‖_p along the last dim for any p >= 0 (torch's: norm takes 1, 2 and inf only here, and pairwise_distance's
--- p = 3 or 0.5 failed inside it): 0 counts the nonzero entries (no gradient), inf is the largest |d|, others
--- (Σ|d|^p)^(1/p) (F._root: a zero row's gradient stays finite)
+-- ‖d‖_p along the last dim for any p but NaN (torch's: norm takes 1, 2 and inf only here, and pairwise_distance's
+-- p = 3 or 0.5 failed inside it): 0 counts the nonzero entries (no gradient), inf is the largest |d|, p < 0 norm's
+-- (Σ|d|^p)^(1/p) (0 where a coordinate is 0) and -math.huge the smallest |d|, as torch's; others (Σ|d|^p)^(1/p)
+-- (F._root: a zero row's gradient stays finite)
 function F._p_norm(d, p, keepdim)
-  if p == 1 or p == 2 or p == math.huge then return d:norm(p, -1, keepdim) end
+  if p == 1 or p == 2 or p == math.huge or p < 0 then return d:norm(p, -1, keepdim) end
   if p == 0 then   -- the count, on the graph with a zero gradient (torch's has a grad_fn; backward gives zeros)
     local count = d:detach():ne(0):to(d:dtype()):sum(-1, keepdim)
     if not d:requires_grad() then return count end
@@ -99,8 +109,8 @@ function F._p_norm(d, p, keepdim)
 end
 
 -- triplet_margin_loss(anchor, positive, negative [, {margin=1, p=2, eps=1e-6, swap=false, reduction=}]):
--- max(0, margin + d(a, p) − d(a, n)), d the pairwise distance; swap: d(a, n) is min(d(a, n), d(p, n)). p >= 0, as
--- pairwise_distance's (torch's takes a negative p too); the three broadcast together; 0-d inputs are distances of
+-- max(0, margin + d(a, p) − d(a, n)), d the pairwise distance; swap: d(a, n) is min(d(a, n), d(p, n)). p any number
+-- but NaN, as pairwise_distance's (torch's; p < 0 refused until stop 101); the three broadcast together; 0-d inputs are distances of
 -- one coordinate, as torch's
 function F.triplet_margin_loss(a, pos, neg, opts, ...)
   local N = "triplet_margin_loss"

@@ -41,6 +41,11 @@ function MSAMPAdamW.from_adamw(opt, extra)
   end
   local groups = {}
   for i, g in ipairs(opt.param_groups) do
+    -- (a group that is not a table failed below with 'attempt to index a number value (local 'g')'; stop 101)
+    if type(g) ~= "table" then
+      error(("from_adamw: expected an AdamW optimizer, whose param_groups are tables, got %s as group %d"):format(
+        require("fp8.opts").got(g), i), 2)
+    end
     -- an Adam (fp8.optim.Adam, or a script's own class of that name): its weight decay is L2 (added to the gradient),
     -- this step's decoupled, so it takes the Adam's place only where they are the same step: without decay, or with
     -- torch 2.x's decoupled_weight_decay=true
