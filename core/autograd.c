@@ -421,22 +421,42 @@ static bool exclusively_owned(const fl_tensor *g) {
            !g->grad_fn;
 }
 
-/* d += s for contiguous fp32 tensors of one shape on one device, in place. */
+/* One fp32 element on device expanded over its shape (every stride 0): SumBackward's and MeanBackward's gradient
+ * of a whole reduction (ops_grad.c reduce_bwd). */
+static bool broadcast_f32_on(const fl_tensor *t, int device) {
+    if (t->dtype != FL_F32 || t->device != device) return false;
+    for (int i = 0; i < t->ndim; i++) if (t->stride[i] != 0 && t->shape[i] != 1) return false;
+    return true;
+}
+
+/* d += s for fp32 tensors of one shape on one device, in place: d contiguous, s contiguous or one element expanded
+ * (broadcast_f32_on; each d[i] + v, the sum a filled s gave). */
 static fl_status add_inplace(fl_tensor *d, const fl_tensor *s) {
     if (d->device == FL_DEV_CPU) {
         float *pd = fl_tensor_data(d);
         const float *ps = fl_tensor_data(s);
         int64_t n = fl_tensor_numel(d);
+        if (!fl_tensor_is_contiguous(s)) {
+            const float v = n ? ps[0] : 0.0f;
+            #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
+            for (int64_t i = 0; i < n; i++) pd[i] += v;
+            return FL_OK;
+        }
         #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
         for (int64_t i = 0; i < n; i++) pd[i] += ps[i];
         return FL_OK;
     }
-    /* Elementwise, so the device may read and write the same buffer. */
+    /* Elementwise, so the device may read and write the same buffer (s broadcast: the device's stride-0 operand). */
     return fl_device_get(d->device)->binary(FL_OP_ADD, d, d, s);
 }
 
 static bool f32_contiguous_on(const fl_tensor *t, int device) {
     return t->dtype == FL_F32 && fl_tensor_is_contiguous(t) && t->device == device;
+}
+
+/* Whether add_inplace takes s into an fp32 contiguous tensor on device. */
+static bool addable_on(const fl_tensor *s, int device) {
+    return f32_contiguous_on(s, device) || broadcast_f32_on(s, device);
 }
 
 /* A fresh fp32 contiguous copy of g (or g itself, retained, when it already is one we own). */
@@ -455,7 +475,7 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     }
     if (!*acc) return own_f32(acc, g);
     fl_tensor *a = *acc;
-    if (exclusively_owned(a) && f32_contiguous_on(g, a->device)) return add_inplace(a, g);
+    if (exclusively_owned(a) && addable_on(g, a->device)) return add_inplace(a, g);
     fl_tensor *sum = NULL;
     FL_TRY(fl_binary(&sum, FL_OP_ADD, a, g));
     fl_tensor *o = NULL;
@@ -521,7 +541,7 @@ fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
     }
     fl_tensor *gr = t->grad;
     /* an in-place write like any other: a graph that saved this .grad sees the change and refuses (torch's) */
-    if (f32_contiguous_on(gr, gr->device) && f32_contiguous_on(g, gr->device)) {
+    if (f32_contiguous_on(gr, gr->device) && addable_on(g, gr->device)) {
         FL_TRY(add_inplace(gr, g));
         fl_tensor_bump(gr);
         return FL_OK;
