@@ -487,6 +487,26 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     return FL_OK;
 }
 
+/* The nodes whose backward reads a gradient of one element expanded over the output (broadcast_f32_on, on the host)
+ * as it is (core/nn.c act_bwd: dy·f'(x) with the one dy); every other backward takes grad_out contiguous (autograd.h),
+ * so the engine copies the expanded gradient of a whole sum or mean (reduce_bwd) for it, as it did its fill. */
+static bool node_takes_broadcast(const fl_node *nd) {
+    static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (nd->name && strcmp(nd->name, names[i]) == 0) return true;
+    return false;
+}
+
+/* The gradient gi of node nd's output, summed into *acc (grads[]): a first one expanded is kept so for a node that
+ * reads it so (torch's SiluBackward0 reads SumBackward0's expanded gradient as it is too), else accumulate's. */
+static fl_status accumulate_node(fl_tensor **acc, const fl_tensor *gi, const fl_node *nd) {
+    if (!*acc && !fl_tensor_is_contiguous(gi) && broadcast_f32_on(gi, FL_DEV_CPU) && node_takes_broadcast(nd)) {
+        *acc = fl_tensor_retain((fl_tensor *)gi);
+        return FL_OK;
+    }
+    return accumulate(acc, gi);
+}
+
 /* with_flops: whether the ops a node's backward runs count their FLOPs, as torch's backward of the same op does: the
  * GEMMs of MmBackward0/BmmBackward0 and AddmmBackward0 (matmul, linear, and the FP8 linear in their place), the
  * aten::mul calls of MulBackward0/1, and whatever a Python autograd.Function's backward calls (fp8.autograd.Function:
@@ -947,6 +967,14 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
+        if (st == FL_OK && !fl_tensor_is_contiguous(go) && (nd->orphan_hooks || nd->owner || (cap && capnode[k] >= 0))) {
+            /* an expanded gradient kept for the node (accumulate_node): hooks, retain_grad and a captured input see
+             * a real tensor of their own, as before */
+            fl_tensor *c = NULL;
+            st = fl_tensor_to(&c, go, FL_F32);
+            fl_tensor_release(go);
+            go = c;
+        }
         if (st == FL_OK && nd->orphan_hooks) st = hooked_grad(nd->orphan_hooks, NULL, &go);   /* first: older */
         /* retain_grad fills .grad in every walk, fl_autograd_grad's and an inputs= backward's too (torch 2.15's) */
         if (st == FL_OK && nd->owner) st = owner_grad(nd, &go, true);
@@ -977,7 +1005,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
                                 fl_shape_str(b, sizeof b, in->ndim, in->shape));
                 else if (cap && (in->grad_fn ? !(runs[c] || capnode[c] >= 0) : capture_index(cap, in) < 0))
                     ;   /* on no path to an input: dropped */
-                else if (in->grad_fn) st = accumulate(&grads[c], gi);
+                else if (in->grad_fn) st = accumulate_node(&grads[c], gi, order[c]);
                 else if (cap || leaf_hooked(in)) st = pending_add(&pend, &npend, in, gi);
                 else st = fl_accumulate_grad(in, gi);
             }
