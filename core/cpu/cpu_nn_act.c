@@ -177,73 +177,12 @@ FL_VM_MAPS(gelu_erf1_d)
 FL_VM_MAPS(fl_vm_silu)
 FL_VM_MAPS(fl_vm_silu_grad)
 
-/* The exact GELU's forward split by branch (as tanh's, cpu_vtanh.h): the loop above computed both of Φ's branches for
- * every element, the far one (|v|/√2 ≥ 0.5, a NaN: the exponential, a division and a polynomial of degree 9) the
- * costlier; here a block's far v are packed (vcompressps), v·Φ_far(v) computed on them 16 at a time, v·Φ_near(v) for
- * every lane, and the far lanes' values put back (vexpandps). Each lane goes through gelu_erf1's operations in their
- * order, so the same bits (checked over all 2^32 floats against the AVX-512 and AVX2 loops: docs/performance.md,
- * "sum's backward, GELU, layer_norm and SiLU (stop 101)"). y may be x. The AVX2 copy keeps the loop. */
-#define GELU_BLOCK 512
-/* v·Φ_far(v); a NaN v gives itself quiet, sign and payload kept, as the loop's v·Φ(v) does (x86 returns the first NaN
- * operand of a multiply, and the compiler picks the order: in this loop it put Φ's NaN, of |v|, first) */
-static inline __attribute__((always_inline)) float gelu_erf1_far(float v) {
-    float g;
-    const float y = v * fl_vm_normal_cdf_far(v, &g);
-    return v != v ? v + v : y;
-}
-#ifdef __x86_64__
-FL_CPU_AVX512 static void gelu_erf_map512(const float *x, float *y, int64_t n) {
-    float fv[GELU_BLOCK + 16] __attribute__((aligned(64)));
-    __mmask16 km[GELU_BLOCK / 16];
-    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512 rs2 = _mm512_set1_ps(0.70710678118654752f), half = _mm512_set1_ps(0.5f);
-    int64_t i0 = 0;
-    while (n - i0 >= 16) {
-        const int64_t m = (n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK) & ~(int64_t)15;
-        const float *xb = x + i0;
-        float *yb = y + i0;
-        int nf = 0;
-        for (int64_t i = 0; i < m; i += 16) {   /* the far lanes' v packed (y is written after: y may be x) */
-            const __m512 v = _mm512_loadu_ps(xb + i);
-            const __m512 z = _mm512_mul_ps(_mm512_and_ps(v, absm), rs2);
-            const __mmask16 kf = _mm512_cmp_ps_mask(z, half, _CMP_NLT_UQ);   /* !(z < 0.5): the far branch */
-            _mm512_storeu_ps(fv + nf, _mm512_maskz_compress_ps(kf, v));
-            nf += __builtin_popcount(kf);
-            km[i / 16] = kf;
-        }
-        _mm512_storeu_ps(fv + nf, _mm512_setzero_ps());
-        const int nf16 = (nf + 15) & ~15;
-        _Pragma("omp simd")
-        for (int i = 0; i < nf16; i++) fv[i] = gelu_erf1_far(fv[i]);
-        _Pragma("omp simd")
-        for (int64_t i = 0; i < m; i++) yb[i] = xb[i] * fl_vm_normal_cdf_near(xb[i]);
-        int off = 0;
-        for (int64_t i = 0; i < m; i += 16) {
-            _mm512_storeu_ps(yb + i, _mm512_mask_expand_ps(_mm512_loadu_ps(yb + i), km[i / 16], _mm512_loadu_ps(fv + off)));
-            off += __builtin_popcount(km[i / 16]);
-        }
-        i0 += m;
-    }
-    for (; i0 < n; i0++) {
-        const float v = x[i0];
-        y[i0] = fabsf(v) * 0.70710678118654752f < 0.5f ? v * fl_vm_normal_cdf_near(v) : gelu_erf1_far(v);
-    }
-}
-#endif
-/* y[i] = gelu_erf1(x[i]): the split map where wide (fl_cpu_avx512()), else the AVX2 loop with both branches */
-static void gelu_erf_map(const float *x, float *y, int64_t n, bool wide) {
-#ifdef __x86_64__
-    if (wide) { gelu_erf_map512(x, y, n); return; }
-#endif
-    map_gelu_erf1(x, y, n, false);
-}
-
 void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
     const bool wide = fl_cpu_avx512();
     if (approx) {
         ACT_SPANS(if (wide) gelu_tanh_fwd_span512(x + i0, y + i0, len); else gelu_tanh_fwd_span(x + i0, y + i0, len));
     } else {
-        ACT_SPANS(gelu_erf_map(x + i0, y + i0, len, wide));
+        ACT_SPANS(map_gelu_erf1(x + i0, y + i0, len, wide));
     }
 }
 
@@ -304,7 +243,7 @@ static void act_bf16_span(int kind, const uint16_t *x, float *y, uint16_t *y16, 
         case FL_ACT_RELU:
             for (int64_t i = 0; i < m; i++) yo[i] = !(xb[i] <= 0.0f) ? xb[i] : 0.0f;   /* fl_cpu_relu_fwd's */
             break;
-        case FL_ACT_GELU: gelu_erf_map(xb, yo, m, wide); break;
+        case FL_ACT_GELU: map_gelu_erf1(xb, yo, m, wide); break;
         case FL_ACT_GELU_TANH:
             if (wide) gelu_tanh_fwd_span512(xb, yo, m); else gelu_tanh_fwd_span(xb, yo, m);
             break;

@@ -207,9 +207,11 @@ static inline __attribute__((always_inline)) float fl_vm_silu_grad(float x) {
  * = e^(−v²/2) from v itself, v² split into its rounded value and fmaf's exact remainder (z² from a rounded z
  * would lose ~1e-6 relative at v = −4). Φ(v) is 0 below v ≈ −14, where GELU rounds to −0 anyway; Φ(±inf) = 1, 0
  * (so GELU(−inf) = −inf·0 = NaN, as torch's); a NaN v gives a number (the callers multiply it by v). */
-/* Φ(v) where z = |v|/√2 < 0.5 (the near branch: 0.5 ± 0.5·erf(z)) */
-static inline __attribute__((always_inline)) float fl_vm_normal_cdf_near(float v) {
-    const float z = fabsf(v) * 0.70710678118654752f;
+static inline __attribute__((always_inline)) float fl_vm_normal_cdf(float v, float *gauss) {
+    const float a = fabsf(v), z = a * 0.70710678118654752f;
+    const float ac = a < 20.0f ? a : 20.0f;                  /* e^-200 is 0 already; inf·inf − inf would be NaN */
+    const float hi = ac * ac, lo = fmaf(ac, ac, -hi);       /* v² = hi + lo exactly */
+    const float g = fl_vm_exp_neg(-0.5f * hi) * fmaf(-0.5f, lo, 1.0f);   /* e^(−v²/2) */
     const float z2 = z * z;
     float p = 4.718052036650738e-3f;
     p = fmaf(p, z2, -2.675721342306259e-2f);
@@ -217,14 +219,6 @@ static inline __attribute__((always_inline)) float fl_vm_normal_cdf_near(float v
     p = fmaf(p, z2, -3.761260859242733e-1f);
     p = fmaf(p, z2, 1.128379165568777f);
     const float erf_z = z * p;
-    return v < 0.0f ? fmaf(-0.5f, erf_z, 0.5f) : fmaf(0.5f, erf_z, 0.5f);
-}
-/* Φ(v) from z = 0.5 on (the far branch: erfc(z)/2 or 1 − erfc(z)/2), and e^(−v²/2) through gauss */
-static inline __attribute__((always_inline)) float fl_vm_normal_cdf_far(float v, float *gauss) {
-    const float a = fabsf(v), z = a * 0.70710678118654752f;
-    const float ac = a < 20.0f ? a : 20.0f;                  /* e^-200 is 0 already; inf·inf − inf would be NaN */
-    const float hi = ac * ac, lo = fmaf(ac, ac, -hi);       /* v² = hi + lo exactly */
-    const float g = fl_vm_exp_neg(-0.5f * hi) * fmaf(-0.5f, lo, 1.0f);   /* e^(−v²/2) */
     const float t = 1.0f / fmaf(0.5f, z, 1.0f);
     float r = -7.368668125673768e-2f;
     r = fmaf(r, t, 3.481846544011542e-1f);
@@ -237,14 +231,9 @@ static inline __attribute__((always_inline)) float fl_vm_normal_cdf_far(float v,
     r = fmaf(r, t, 2.819854878313426e-1f);
     r = fmaf(r, t, 3.499567743910657e-6f);
     const float half_erfc = 0.5f * g * r;
+    const float near = v < 0.0f ? fmaf(-0.5f, erf_z, 0.5f) : fmaf(0.5f, erf_z, 0.5f);
+    const float far = v < 0.0f ? half_erfc : 1.0f - half_erfc;
     *gauss = g;
-    return v < 0.0f ? half_erfc : 1.0f - half_erfc;
-}
-/* Both branches and a select (the loops vectorise it so); the exact GELU's AVX-512 forward computes each element's
- * own branch only (cpu_nn_act.c gelu_erf_map512), the same bits. A NaN v takes the far branch (!(z < 0.5)). */
-static inline __attribute__((always_inline)) float fl_vm_normal_cdf(float v, float *gauss) {
-    const float z = fabsf(v) * 0.70710678118654752f;
-    const float near = fl_vm_normal_cdf_near(v), far = fl_vm_normal_cdf_far(v, gauss);
     return z < 0.5f ? near : far;
 }
 
