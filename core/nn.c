@@ -77,10 +77,6 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
 
 /* ---- activations -------------------------------------------------------------------------- */
 
-/* saved[0]: GELU's and SiLU's input as it came (a bf16 one in bf16: its fp32 copy is made again here, the same bits, where the
- * node kept it beside the input it holds anyway); ReLU's output, as torch's (its backward passes the gradient where
- * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
- * other value 0), so the input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
 /* dy·f'(x) for a gradient of one element expanded over x (a whole sum's or mean's, which the engine passes on as it
  * is: autograd.c accumulate_node), on the host: the device's act_bwd over pieces of x with dy a buffer of that one
  * value, the bits of the same call on the filled gradient (each element's own), without its pass over memory. */
@@ -102,6 +98,10 @@ static fl_status act_bwd_broadcast(fl_act kind, const fl_tensor *xs, const fl_te
     return st;
 }
 
+/* saved[0]: GELU's and SiLU's input as it came (a bf16 one in bf16: its fp32 copy is made again here, the same bits, where the
+ * node kept it beside the input it holds anyway); ReLU's output, as torch's (its backward passes the gradient where
+ * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
+ * other value 0), so the input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *xs = n->saved[0];
     const fl_act kind = (fl_act)n->iargs[0];
