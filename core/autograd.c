@@ -421,17 +421,32 @@ static bool exclusively_owned(const fl_tensor *g) {
            !g->grad_fn;
 }
 
-/* d += s for contiguous fp32 tensors of one shape on one device, in place. */
+/* One fp32 element on device expanded over its shape (every stride 0): SumBackward's and MeanBackward's gradient
+ * of a whole reduction (ops_grad.c reduce_bwd). */
+static bool broadcast_f32_on(const fl_tensor *t, int device) {
+    if (t->dtype != FL_F32 || t->device != device) return false;
+    for (int i = 0; i < t->ndim; i++) if (t->stride[i] != 0 && t->shape[i] != 1) return false;
+    return true;
+}
+
+/* d += s for fp32 tensors of one shape on one device, in place: d contiguous, s contiguous or one element expanded
+ * (broadcast_f32_on; each d[i] + v, the sum a filled s gave). */
 static fl_status add_inplace(fl_tensor *d, const fl_tensor *s) {
     if (d->device == FL_DEV_CPU) {
         float *pd = fl_tensor_data(d);
         const float *ps = fl_tensor_data(s);
         int64_t n = fl_tensor_numel(d);
+        if (!fl_tensor_is_contiguous(s)) {
+            const float v = n ? ps[0] : 0.0f;
+            #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
+            for (int64_t i = 0; i < n; i++) pd[i] += v;
+            return FL_OK;
+        }
         #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
         for (int64_t i = 0; i < n; i++) pd[i] += ps[i];
         return FL_OK;
     }
-    /* Elementwise, so the device may read and write the same buffer. */
+    /* Elementwise, so the device may read and write the same buffer (s broadcast: the device's stride-0 operand). */
     return fl_device_get(d->device)->binary(FL_OP_ADD, d, d, s);
 }
 
@@ -439,9 +454,18 @@ static bool f32_contiguous_on(const fl_tensor *t, int device) {
     return t->dtype == FL_F32 && fl_tensor_is_contiguous(t) && t->device == device;
 }
 
-/* A fresh fp32 contiguous copy of g (or g itself, retained, when it already is one we own). */
+/* Whether add_inplace takes s into an fp32 contiguous tensor on device. */
+static bool addable_on(const fl_tensor *s, int device) {
+    return f32_contiguous_on(s, device) || broadcast_f32_on(s, device);
+}
+
+/* A fresh fp32 contiguous copy of g (or g itself, retained, when it already is one we own); one element expanded on
+ * the host (a whole sum's gradient) is filled with its value, as reduce_bwd filled it before stop 101 (a plain
+ * loop: the tiles' strided copy took ~20% longer on one thread). */
 static fl_status own_f32(fl_tensor **out, const fl_tensor *g) {
     if (exclusively_owned(g)) { *out = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+    if (fl_tensor_numel(g) && broadcast_f32_on(g, FL_DEV_CPU))
+        return fl_tensor_full(out, FL_F32, g->ndim, g->shape, *(const float *)fl_tensor_data(g), g->device);
     return fl_tensor_to(out, g, FL_F32);
 }
 
@@ -455,7 +479,7 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     }
     if (!*acc) return own_f32(acc, g);
     fl_tensor *a = *acc;
-    if (exclusively_owned(a) && f32_contiguous_on(g, a->device)) return add_inplace(a, g);
+    if (exclusively_owned(a) && addable_on(g, a->device)) return add_inplace(a, g);
     fl_tensor *sum = NULL;
     FL_TRY(fl_binary(&sum, FL_OP_ADD, a, g));
     fl_tensor *o = NULL;
@@ -465,6 +489,26 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     fl_tensor_release(a);
     *acc = o;
     return FL_OK;
+}
+
+/* The nodes whose backward reads a gradient of one element expanded over the output (broadcast_f32_on, on the host)
+ * as it is (core/nn.c act_bwd: dy·f'(x) with the one dy); every other backward takes grad_out contiguous (autograd.h),
+ * so the engine copies the expanded gradient of a whole sum or mean (reduce_bwd) for it, as it did its fill. */
+static bool node_takes_broadcast(const fl_node *nd) {
+    static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (nd->name && strcmp(nd->name, names[i]) == 0) return true;
+    return false;
+}
+
+/* The gradient gi of node nd's output, summed into *acc (grads[]): a first one expanded is kept so for a node that
+ * reads it so (torch's SiluBackward0 reads SumBackward0's expanded gradient as it is too), else accumulate's. */
+static fl_status accumulate_node(fl_tensor **acc, const fl_tensor *gi, const fl_node *nd) {
+    if (!*acc && !fl_tensor_is_contiguous(gi) && broadcast_f32_on(gi, FL_DEV_CPU) && node_takes_broadcast(nd)) {
+        *acc = fl_tensor_retain((fl_tensor *)gi);
+        return FL_OK;
+    }
+    return accumulate(acc, gi);
 }
 
 /* with_flops: whether the ops a node's backward runs count their FLOPs, as torch's backward of the same op does: the
@@ -534,11 +578,11 @@ fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
      * like PyTorch's .grad; the first gradient is copied so it never aliases another tensor. */
     if (!t->grad) {
         if (g->refcount == 1 && exclusively_owned(g)) { t->grad = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
-        return fl_tensor_to(&t->grad, g, FL_F32);
+        return own_f32(&t->grad, g);
     }
     fl_tensor *gr = t->grad;
     /* an in-place write like any other: a graph that saved this .grad sees the change and refuses (torch's) */
-    if (f32_contiguous_on(gr, gr->device) && f32_contiguous_on(g, gr->device)) {
+    if (f32_contiguous_on(gr, gr->device) && addable_on(g, gr->device)) {
         FL_TRY(add_inplace(gr, g));
         fl_tensor_bump(gr);
         return FL_OK;
@@ -944,6 +988,14 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
+        if (st == FL_OK && !fl_tensor_is_contiguous(go) && (nd->orphan_hooks || nd->owner || (cap && capnode[k] >= 0))) {
+            /* an expanded gradient kept for the node (accumulate_node): hooks, retain_grad and a captured input see
+             * a real tensor of their own, as before */
+            fl_tensor *c = NULL;
+            st = fl_tensor_to(&c, go, FL_F32);
+            fl_tensor_release(go);
+            go = c;
+        }
         if (st == FL_OK && nd->orphan_hooks) st = hooked_grad(nd->orphan_hooks, NULL, &go);   /* first: older */
         /* retain_grad fills .grad in every walk, fl_autograd_grad's and an inputs= backward's too (torch 2.15's) */
         if (st == FL_OK && nd->owner) st = owner_grad(nd, &go, true);
@@ -974,7 +1026,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
                                 fl_shape_str(b, sizeof b, in->ndim, in->shape));
                 else if (cap && (in->grad_fn ? !(runs[c] || capnode[c] >= 0) : capture_index(cap, in) < 0))
                     ;   /* on no path to an input: dropped */
-                else if (in->grad_fn) st = accumulate(&grads[c], gi);
+                else if (in->grad_fn) st = accumulate_node(&grads[c], gi, order[c]);
                 else if (cap || leaf_hooked(in)) st = pending_add(&pend, &npend, in, gi);
                 else st = fl_accumulate_grad(in, gi);
             }

@@ -77,6 +77,27 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
 
 /* ---- activations -------------------------------------------------------------------------- */
 
+/* dy·f'(x) for a gradient of one element expanded over x (a whole sum's or mean's, which the engine passes on as it
+ * is: autograd.c accumulate_node), on the host: the device's act_bwd over pieces of x with dy a buffer of that one
+ * value, the bits of the same call on the filled gradient (each element's own), without its pass over memory. */
+static fl_status act_bwd_broadcast(fl_act kind, const fl_tensor *xs, const fl_tensor *g, fl_tensor *dx) {
+    enum { PIECE = 1 << 16 };   /* 256 KiB of dy: in L2, and each call wide enough for the device's threads */
+    const int64_t n = fl_tensor_numel(xs), m = n < PIECE ? n : PIECE;
+    const float v = m ? *F(g) : 0.0f;
+    float *dy = malloc((size_t)(m ? m : 1) * sizeof *dy);
+    if (!dy) return FL_ERR(FL_ENOMEM, "activation backward: out of memory for a %lld-float gradient piece", (long long)m);
+    for (int64_t i = 0; i < m; i++) dy[i] = v;
+    const bool low = xs->dtype == FL_BF16;
+    fl_status st = FL_OK;
+    for (int64_t i0 = 0; i0 < n && st == FL_OK; i0 += PIECE) {
+        const int64_t len = n - i0 < PIECE ? n - i0 : PIECE;
+        st = low ? DEV(xs)->act_bwd_bf16(kind, (const uint16_t *)fl_tensor_data(xs) + i0, dy, F(dx) + i0, len)
+                 : DEV(xs)->act_bwd(kind, F(xs) + i0, dy, F(dx) + i0, len);
+    }
+    free(dy);
+    return st;
+}
+
 /* saved[0]: GELU's and SiLU's input as it came (a bf16 one in bf16: its fp32 copy is made again here, the same bits, where the
  * node kept it beside the input it holds anyway); ReLU's output, as torch's (its backward passes the gradient where
  * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
@@ -84,6 +105,16 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
 static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *xs = n->saved[0];
     const fl_act kind = (fl_act)n->iargs[0];
+    if (!fl_tensor_is_contiguous(g)) {   /* expanded (accumulate_node: fp32 on the host) */
+        const bool low = xs->dtype == FL_BF16 && kind != FL_ACT_RELU && DEV(xs)->act_bwd_bf16 && fl_tensor_is_contiguous(xs);
+        fl_tensor *x = NULL;
+        fl_status st = low ? (x = fl_tensor_retain((fl_tensor *)xs), FL_OK)
+                           : f32c(&x, xs, kind == FL_ACT_SILU ? "silu backward" : "gelu backward", "input");
+        if (st == FL_OK) st = new_like(&gin[0], x, false);
+        if (st == FL_OK) st = act_bwd_broadcast(kind, x, g, gin[0]);
+        fl_tensor_release(x);
+        return st;
+    }
     /* a contiguous bf16 input read as it is where the device can (its fp32 copy is not made; the same bits) */
     if (xs->dtype == FL_BF16 && kind != FL_ACT_RELU && DEV(xs)->act_bwd_bf16 && fl_tensor_is_contiguous(xs)) {
         FL_TRY(new_like(&gin[0], xs, false));

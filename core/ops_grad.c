@@ -759,9 +759,17 @@ static fl_status reduce_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_tensor *k = NULL, *e = NULL;
     fl_status st;
     if (dim < 0) {
+        /* one element expanded over a's shape (strides 0), as torch's SumBackward0/MeanBackward0 expand theirs:
+         * filling a's shape cost a pass over memory that a leaf's .grad += g repeated; the consumers make it
+         * a real tensor where they keep it (autograd.c: accumulate, fl_accumulate_grad) */
         float v;
         FL_TRY(fl_tensor_read_f32(g, &v));
-        return fl_tensor_full(&gin[0], FL_F32, in->ndim, in->shape, v * f, in->device);
+        fl_tensor *one = NULL;
+        const int64_t none[1] = { 1 };   /* (0-d: no size is read) */
+        FL_TRY(fl_tensor_full(&one, FL_F32, 0, none, v * f, in->device));
+        st = fl_tensor_expand(&gin[0], one, in->ndim, in->shape);
+        fl_tensor_release(one);
+        return st;
     }
     int64_t ks[FL_MAX_DIMS];
     for (int i = 0; i < in->ndim; i++) ks[i] = i == dim ? 1 : in->shape[i];
