@@ -782,6 +782,10 @@ static _Thread_local bool walk_touched;
 static _Thread_local const node_map *bw_map;
 static _Thread_local const int *bw_uses;
 static _Thread_local uint64_t bw_id, bw_count;   /* the backward in progress; how many have started */
+/* fl_autograd_grad_sum's view of that backward: its running sums (NULL in fl_autograd_grad's capturing walk) and
+ * the node whose backward runs now */
+static _Thread_local fl_tensor **bw_grads;
+static _Thread_local const fl_node *bw_node;
 
 uint64_t fl_autograd_backward_id(void) { return bw_map ? bw_id : 0; }
 
@@ -791,6 +795,19 @@ bool fl_autograd_sole_consumer(const fl_node *n, int i) {
     if (!bw_map || !n || i < 0 || i >= n->ninputs || !n->inputs[i] || !n->inputs[i]->grad_fn) return false;
     int k = map_get(bw_map, n->inputs[i]->grad_fn);
     return k >= 0 && bw_uses[k] == 1;
+}
+
+fl_tensor *fl_autograd_grad_sum(const fl_node *n, int i) {
+    if (!bw_map || !bw_grads || !n || n != bw_node || i < 0 || i >= n->ninputs || !n->inputs[i] ||
+        !n->inputs[i]->grad_fn || !fl_node_input_needs_grad(n, i))
+        return NULL;
+    const fl_tensor *in = n->inputs[i];
+    const int k = map_get(bw_map, in->grad_fn);
+    fl_tensor *s = k >= 0 ? bw_grads[k] : NULL;
+    /* what accumulate adds into in place (exclusively_owned, f32_contiguous_on), of the input's shape */
+    if (!s || !exclusively_owned(s) || s->device != in->device || !fl_shape_equal(s->ndim, s->shape, in->ndim, in->shape))
+        return NULL;
+    return s;
 }
 
 /* t.grad += go for a tensor that retains its gradient (t:retain_grad()): an FP8 gradient one backward handed the
@@ -977,6 +994,9 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     bw_uses = uses;
     const uint64_t prev_id = bw_id;
     bw_id = ++bw_count;
+    fl_tensor **const prev_grads = bw_grads;
+    const fl_node *const prev_node = bw_node;
+    bw_grads = cap ? NULL : grads;   /* a capturing walk hands each gradient on as it is: no sums to add into */
     size_t ran = n;   /* order[ran..n-1] have run their backward (and passed their gradients on) */
     for (size_t k = n; k-- > 0 && st == FL_OK;) {
         fl_node *nd = order[k];
@@ -1011,7 +1031,9 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         if (prof) fl_prof_mark_node(prof, node_counts_flops(nd));
         if (st == FL_OK) st = check_versions(nd);
         if (st == FL_OK && !nd->backward) st = FL_ERR(FL_EINVAL, "%s", SECOND_TIME);   /* (never: busy nodes stay) */
+        bw_node = nd;
         if (st == FL_OK) st = nd->backward(nd, go, gin);
+        bw_node = NULL;
         if (st == FL_OK && cap) ran_k[k] = true;
         FL_PROF_END(prof);
         fl_tensor_release(go);
@@ -1048,6 +1070,8 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     bw_map = prev_map;
     bw_uses = prev_uses;
     bw_id = prev_id;
+    bw_grads = prev_grads;
+    bw_node = prev_node;
     fl_set_grad_enabled(prev_mode);
     /* torch frees each node as it runs: after an error the nodes that ran are freed too, so running the backward
      * again is refused instead of adding their gradients into the leaves a second time. Captured (fl_autograd_grad):

@@ -99,6 +99,15 @@ fl_status fl_node_save_detached(fl_node *n, int slot, const fl_tensor *t);
  * gradient (a per-tensor E4M3/E5M2 tensor with its scale) instead of an fp32 one: the engine passes it to the
  * producer as it is, whose backward must take it (fl_fp8_linear's does: core/fp8_linear.c). */
 bool fl_autograd_sole_consumer(const fl_node *n, int i);
+
+/* During fl_backward, inside node n's backward: the engine's running sum of the gradient of n's input i, where n's
+ * backward may add its own contribution into it in place rather than hand a new tensor over (sparing the engine's
+ * add a pass over both): an fp32 contiguous tensor of the input's shape and device that only the engine holds,
+ * made by the input's other consumers that ran before n. A backward that adds into it leaves grad_in[i] NULL; the
+ * sum is then exactly what the engine's add (sum + grad_in[i], one fp32 add an element) would have made. NULL
+ * where there is no such sum: a leaf, no consumer ran yet, the sum shared or of another dtype, fl_autograd_grad's
+ * walk (it captures gradients), or outside a backward. */
+fl_tensor *fl_autograd_grad_sum(const fl_node *n, int i);
 /* During fl_backward: a number no other backward on this thread has had (nested ones included), so a backward can
  * tell state it left in a node for a later one from state an earlier, unfinished backward left there. 0 outside. */
 uint64_t fl_autograd_backward_id(void);

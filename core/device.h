@@ -192,6 +192,11 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
                           float *rstd, int64_t rows, int64_t cols, float eps))                                     \
     X(layernorm_bwd, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,       \
                       float *dx, float *dw, float *db, int64_t rows, int64_t cols))                                \
+    /* layernorm_bwd with dx added into the buffer rather than written: dx[i] + the value layernorm_bwd writes, one \
+     * fp32 add each, the bits of layernorm_bwd then the engine's in-place add (a residual stream's gradient      \
+     * summed in LayerNorm's pass: fl_autograd_grad_sum). NULL: core/nn.c writes dx and the engine adds it. */     \
+    X(layernorm_bwd_add, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,   \
+                          float *dx, float *dw, float *db, int64_t rows, int64_t cols))                            \
     /* layernorm_fwd of a contiguous fp32 x [rows, cols] (cols its last dim; w, b contiguous fp32 [cols] or NULL)  \
      * with y cast per tensor into the FP8 dst of x's shape as it is made: dst's bytes and statistics are those   \
      * of layernorm_fwd then quantize (scale: the host scale) or quantize_current (scale NULL: current scaling    \

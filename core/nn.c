@@ -438,18 +438,25 @@ fl_status fl_mse_loss(fl_tensor **out, const fl_tensor *x, const fl_tensor *y) {
 
 /* ---- layer norm --------------------------------------------------------------------------- */
 
+/* Where the input's gradient already has a sum in the engine (a residual stream: the block's other branch ran
+ * first), dx is added into it in LayerNorm's pass (the device's layernorm_bwd_add, fl_autograd_grad_sum) instead of
+ * written and then added by the engine: the same bits, one pass over the sum fewer. */
 static fl_status ln_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
     int64_t cols = last_dim(x), rows = cols ? fl_tensor_numel(x) / cols : 0;
     fl_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    fl_status st = new_like(&dx, x, false);
+    fl_tensor *sum = DEV(x)->layernorm_bwd_add ? fl_autograd_grad_sum(n, 0) : NULL;
+    fl_status st = sum ? FL_OK : new_like(&dx, x, false);
     if (st == FL_OK && fl_node_input_needs_grad(n, 1)) st = new_vec(&dw, x, cols, true);
     if (st == FL_OK && fl_node_input_needs_grad(n, 2)) st = new_vec(&db, x, cols, true);
-    if (st == FL_OK)
+    if (st == FL_OK && sum)
+        st = DEV(x)->layernorm_bwd_add(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), F(sum), dw ? F(dw) : NULL,
+                                       db ? F(db) : NULL, rows, cols);
+    else if (st == FL_OK)
         st = DEV(x)->layernorm_bwd(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), F(dx), dw ? F(dw) : NULL,
                                    db ? F(db) : NULL, rows, cols);
     if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
-    if (fl_node_input_needs_grad(n, 0)) gin[0] = dx; else fl_tensor_release(dx);
+    if (dx && fl_node_input_needs_grad(n, 0)) gin[0] = dx; else fl_tensor_release(dx);
     gin[1] = dw;
     gin[2] = db;
     return FL_OK;

@@ -348,6 +348,7 @@ static const fl_device fl_cpu = {
     .mse_bwd = fl_cpu_dev_mse_bwd,
     .layernorm_fwd = fl_cpu_dev_layernorm_fwd,
     .layernorm_bwd = fl_cpu_dev_layernorm_bwd,
+    .layernorm_bwd_add = fl_cpu_dev_layernorm_bwd_add,
     .layernorm_quantize = fl_cpu_dev_layernorm_quantize,
     .chnorm_fwd = fl_cpu_dev_chnorm_fwd,
     .chnorm_bwd = fl_cpu_dev_chnorm_bwd,

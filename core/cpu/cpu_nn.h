@@ -104,6 +104,9 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
                                     bool pow2, fl_overflow p, fl_cast_stats *st, float *used);
 fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
                           float *dx, float *dw, float *db, int64_t rows, int64_t cols);
+/* fl_cpu_layernorm_bwd with dx added into dx's buffer (dx[i] + the value it writes, one fp32 add). */
+fl_status fl_cpu_layernorm_bwd_add(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                                   float *dx, float *dw, float *db, int64_t rows, int64_t cols);
 /* GroupNorm (G > 0) or BatchNorm's training statistics (G == 0) of x [N, C, P] (cpu_nn_chnorm.c; device.h's
  * chnorm_fwd/chnorm_bwd). */
 fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,

@@ -113,6 +113,10 @@ fl_status fl_cpu_dev_layernorm_bwd(const float *x, const float *w, const float *
                                      const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
     return fl_cpu_layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
 }
+fl_status fl_cpu_dev_layernorm_bwd_add(const float *x, const float *w, const float *mean, const float *rstd,
+                                       const float *dy, float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+    return fl_cpu_layernorm_bwd_add(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
+}
 fl_status fl_cpu_dev_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t vocab, int64_t dim,
                                      float *dweight) {
     /* The forward checked the indices and the engine refuses a backward after they were written in place

@@ -248,13 +248,26 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
 }
 
 /* LayerNorm backward's second and third passes over one row, its sums a = Σ(dy·w)/n and c = Σ(dy·w·x̂)/n made:
- * dx (unless NULL), and the row's terms of dw and db added to the chunk's column sums pw, pb (unless NULL; the
- * row still in cache). Elementwise or per column, never across lanes, so the AVX-512 copy gives the AVX2 copy's
- * bits; the first pass's row sums stay in the build's AVX2 code (their lane count sets their rounding). */
+ * dx (unless NULL; with add, added to what dr holds: one fp32 add, the build's ISO C mode contracting no product
+ * into it), and the row's terms of dw and db added to the chunk's column sums pw, pb (unless NULL; the row still in
+ * cache). Elementwise or per column, never across lanes, so the AVX-512 copy gives the AVX2 copy's bits; the first
+ * pass's row sums stay in the build's AVX2 code (their lane count sets their rounding). */
 static inline __attribute__((always_inline)) void ln_bwd_rest(const float *xr, const float *gr, const float *w, float m,
                                                               float rs, float a, float c, float *dr, double *pw,
-                                                              double *pb, int64_t cols) {
-    if (dr && w) {
+                                                              double *pb, int64_t cols, const bool add) {
+    if (dr && w && add) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) {
+            const float d = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
+            dr[j] = dr[j] + d;
+        }
+    } else if (dr && add) {
+        #pragma omp simd
+        for (int64_t j = 0; j < cols; j++) {
+            const float d = rs * (gr[j] - a - (xr[j] - m) * rs * c);
+            dr[j] = dr[j] + d;
+        }
+    } else if (dr && w) {
         #pragma omp simd
         for (int64_t j = 0; j < cols; j++) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
     } else if (dr) {
@@ -267,20 +280,23 @@ static inline __attribute__((always_inline)) void ln_bwd_rest(const float *xr, c
     }
 }
 static void ln_bwd_rest256(const float *xr, const float *gr, const float *w, float m, float rs, float a, float c,
-                           float *dr, double *pw, double *pb, int64_t cols) {
-    ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
+                           float *dr, double *pw, double *pb, int64_t cols, bool add) {
+    if (add) ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, true);
+    else ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, false);
 }
 FL_CPU_AVX512 static void ln_bwd_rest512(const float *xr, const float *gr, const float *w, float m, float rs, float a,
-                                         float c, float *dr, double *pw, double *pb, int64_t cols) {
-    ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
+                                         float c, float *dr, double *pw, double *pb, int64_t cols, bool add) {
+    if (add) ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, true);
+    else ln_bwd_rest(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, false);
 }
 
-/* With x̂ = (x−mean)·rstd and g = dy·w: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)); dw += Σ_rows dy·x̂,
- * db += Σ_rows dy. One pass over x and dy: a row's dx, then its terms of dw and db added to its chunk's column
- * sums (LN_SUM_ROWS rows a chunk, in double), which are combined in chunk order at the end; threads take whole
- * chunks, so every result is independent of the thread count. */
-fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
-                               float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+/* With x̂ = (x−mean)·rstd and g = dy·w: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) (with add: dx += that); dw +=
+ * Σ_rows dy·x̂, db += Σ_rows dy. One pass over x and dy: a row's dx, then its terms of dw and db added to its
+ * chunk's column sums (LN_SUM_ROWS rows a chunk, in double), which are combined in chunk order at the end; threads
+ * take whole chunks, so every result is independent of the thread count. Nothing is written before the one
+ * allocation has succeeded. */
+static fl_status ln_bwd_rows(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                             float *dx, float *dw, float *db, int64_t rows, int64_t cols, bool add) {
     const bool wide = fl_cpu_avx512();
     const int par = rows > 1 && rows * cols > FL_NN_PAR_MIN;
     const bool sums = dw || db;
@@ -315,8 +331,8 @@ fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean
                 a = sg / (float)cols, c = sgx / (float)cols;
             }
             float *dr = dx ? dx + r * cols : NULL;
-            if (wide) ln_bwd_rest512(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
-            else ln_bwd_rest256(xr, gr, w, m, rs, a, c, dr, pw, pb, cols);
+            if (wide) ln_bwd_rest512(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, add);
+            else ln_bwd_rest256(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, add);
         }
     }
     if (sums) {
@@ -329,6 +345,16 @@ fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean
     }
     free(ps);
     return FL_OK;
+}
+
+fl_status fl_cpu_layernorm_bwd(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                               float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+    return ln_bwd_rows(x, w, mean, rstd, dy, dx, dw, db, rows, cols, false);
+}
+
+fl_status fl_cpu_layernorm_bwd_add(const float *x, const float *w, const float *mean, const float *rstd, const float *dy,
+                                   float *dx, float *dw, float *db, int64_t rows, int64_t cols) {
+    return ln_bwd_rows(x, w, mean, rstd, dy, dx, dw, db, rows, cols, true);
 }
 
 fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y) {

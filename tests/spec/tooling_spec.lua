@@ -127,7 +127,7 @@ describe("bench scripts' options", function()
     refused("scripts/allreduce_prescale.lua 2 1 x", "takes [N] [seed]; got 3 arguments")
     refused("scripts/bench_profiler_windows.lua 8 x", "takes [N]; got 2 arguments")
     refused("scripts/gen_man.lua /tmp", "/tmp is not a readable file")
-    for _, s in ipairs { "bench_elementwise", "bench_dist", "bench_ops" } do
+    for _, s in ipairs { "bench_elementwise", "bench_dist", "bench_ops", "bench_ln_residual" } do
       local out, ok = sh(q(bin) .. " scripts/" .. s .. ".lua --help")
       assert.is_true(ok, out)
       assert.matches("^usage: fp8lab scripts/" .. s .. "%.lua", out)
@@ -142,6 +142,11 @@ describe("bench scripts' options", function()
     tout, tok = sh("python3 scripts/bench_ops_torch.py 1 all x")
     assert.is_false(tok, tout)
     assert.truthy(tout:find("FILTER picks rows of the sweep group only, got GROUP 'all'", 1, true), tout)
+    refused("scripts/bench_ln_residual.lua 0", "bench_ln_residual.lua: ROUNDS must be an integer >= 1, got '0'")
+    refused("scripts/bench_ln_residual.lua 1 2", "bench_ln_residual.lua: one argument at most, got 2")
+    tout, tok = sh("python3 scripts/bench_ln_residual_torch.py x")   -- refused before it imports torch
+    assert.is_false(tok, tout)
+    assert.truthy(tout:find("ROUNDS must be an integer >= 1 (and one argument at most), got 'x'", 1, true), tout)
     -- the GPU peer's mode and argument count, checked before it imports torch
     local out, ok = sh("python3 scripts/bench_gpt_torch_gpu.py bf16-eager 1 64 2 16 2 96 1 1 1")
     assert.is_false(ok, out)
