@@ -6,12 +6,24 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* A training step frees and re-allocates the same activation-sized buffers every step. glibc would
  * serve them with fresh mmap()s (page faults on every first touch: ~20% of an MLP step when
- * measured); keeping freed blocks in the heap turns those into reuse. Process-wide, set once. */
+ * measured); keeping freed blocks in the heap turns those into reuse. Process-wide, set once.
+ * Not under a finite address-space limit (`ulimit -v`, a job's RLIMIT_AS): a heap gives address space back only
+ * from its top, so there a process that once reached its limit kept its freed tensors' space for later tensors
+ * alone, and every oneDNN primitive of a new shape (its JIT code needs fresh mappings) was refused for the rest of
+ * the process, even with every tensor freed. There blocks of 1 MiB and more are mappings of their own, unmapped
+ * when freed (their pages fault in again each allocation: the price of a limit). docs/robustness.md, stop 101. */
+#define CPU_LIMITED_MMAP_THRESHOLD (1 << 20)
 static pthread_once_t cpu_malloc_once = PTHREAD_ONCE_INIT;
 static void cpu_malloc_tune(void) {
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        mallopt(M_MMAP_THRESHOLD, CPU_LIMITED_MMAP_THRESHOLD);
+        return;
+    }
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }

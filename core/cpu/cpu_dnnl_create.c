@@ -5,8 +5,9 @@
  * dnnl_primitive_desc_create (brgconv makes kernels there) and dnnl_primitive_create died of SIGSEGV. A trial
  * mapping of the scratchpad oneDNN allocates with the primitive (its library mode) plus FL_CPU_DNNL_HEADROOM for the
  * code and its own structures, released before the call, turns that into an out-of-memory error. Freed tensors keep
- * their address space in malloc's heap (cpu_device.c's thresholds), so the free top of the heap is given back first.
- * A kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
+ * their address space in malloc's heap below cpu_device.c's mmap threshold, so where the room is missing the conv's
+ * kept blocked copies and the free top of the heap are given back first, and the trial made again (stop 101). A
+ * kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
 #include "cpu_internal.h"
 #include <dnnl.h>
 #include <malloc.h>
@@ -24,6 +25,7 @@ fl_status fl_cpu_dnnl_room(const char *op, size_t need) {
     const size_t n = need + (size_t)FL_CPU_DNNL_HEADROOM;
     if (n < need) return FL_ERR(FL_ENOMEM, "%s: out of memory: oneDNN would need %zu bytes", op, need);
     if (room_for(n)) return FL_OK;
+    fl_cpu_conv_arena_free();   /* (every caller holds fl_cpu_dnnl_acquire's lock, before a conv's run) */
     malloc_trim(0);
     if (room_for(n)) return FL_OK;
     return FL_ERR(FL_ENOMEM, "%s: out of memory: oneDNN's primitive needs about %zu bytes of address space to be created "
