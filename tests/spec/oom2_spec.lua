@@ -109,4 +109,28 @@ end
     assert.are.equal(0, rc, err)
     assert.are.equal("full false\nconv 1 true 288.0\nmatmul 1 true 96.0\nconv 2 true 216.0\nmatmul 2 true 96.0\n", out)
   end)
+
+  -- The conv keeps its blocked copies between calls (cpu_conv.c's arena, 16 MiB after this conv): where a primitive
+  -- finds no room they are freed first now. With a 24 MiB hole of fresh address space and the rest taken, a new
+  -- matmul's room (32 MiB) is there only with the arena's space (refused with holes up to 32 MiB without).
+  it_mem("takes the conv's kept blocked copies back before it refuses", function()
+    local out, err, rc = child([[
+give()
+local x, w = fp8.randn{8, 64, 64, 64}, fp8.randn{64, 64, 3, 3}
+F.conv2d(x, w, nil, {padding = 1}):free()
+x:free()
+collectgarbage("stop")
+local pad = fp8.empty{24 * 262144}
+fill()
+pad:free()
+local a = fp8.ones{64, 96}
+local ok, e = pcall(a.matmul, a, fp8.ones{96, 80})
+give()
+say(tostring(ok), ok and e[1][1] or tostring(e))
+F.conv2d(fp8.randn{2, 64, 64, 64}, w, nil, {padding = 1})   -- and the conv runs on, its copies made again
+say("conv")
+]], 500000)
+    assert.are.equal(0, rc, err)
+    assert.are.equal("true 96.0\nconv\n", out)
+  end)
 end)
