@@ -7,15 +7,15 @@ local BIN = arg and arg[-1] or "build/fp8lab"
 local q = U.q
 
 -- The child's first lines: warm (the modules loaded, oneDNN's engine made), then fill() takes the address space by
--- 1 MiB tensors and then 16 KiB ones until one fails; give() returns them all.
+-- 1 MiB tensors until one fails (fill(true): then 16 KiB ones); give() returns them all.
 local PRELUDE = [[
 local F = fp8.nn.functional
 F.conv2d(fp8.randn{1, 8, 6, 6}, fp8.randn{8, 8, 3, 3})
 fp8.randn{3, 5}:matmul(fp8.randn{5, 7})
 collectgarbage("stop")
 local keep, n = {}, 0
-local function fill()
-  for _, sz in ipairs{262144, 4096} do
+local function fill(fine)
+  for _, sz in ipairs(fine and {262144, 4096} or {262144}) do
     while true do
       local ok, t = pcall(fp8.empty, {sz})
       if not ok then break end
@@ -60,7 +60,7 @@ model(fp8.randn{8, 512}):sum():backward() opt:step()
 acc:save_state(dir)
 local saved = model[1].weight:clone()
 opt:step()
-fill()
+fill(true)
 local ok, e = pcall(acc.save_state, acc, dir)
 give()
 say(tostring(ok), tostring(e):match("out of memory") or tostring(e))
@@ -76,7 +76,7 @@ say("back", tostring((saved - model[1].weight):abs():max():item() == 0))
   it_mem("lists a directory with the address space taken", function()
     local out, err, rc = child([[
 local C = require "fp8._checkpoint"
-fill()
+fill(true)
 local names, e = C.listdir("lua/fp8/nn")
 local first = names and names[1]
 give()
@@ -91,7 +91,8 @@ describe("oneDNN's primitive of a new shape after the limit was reached", functi
   -- cpu_device.c kept every freed block in malloc's heap (its mmap threshold 256 MiB), which gives address space
   -- back only from its top: once the tensors had taken the limit, freeing all of them gave nothing back, and every
   -- conv or matmul of a new shape was refused by name for the rest of the process. Under a finite RLIMIT_AS, blocks
-  -- of 1 MiB and more are mappings of their own now, unmapped when freed.
+  -- of 1 MiB and more are mappings of their own now, kept for reuse when freed and unmapped where a primitive finds
+  -- no room (the fill's 1 MiB tensors, kept after give(), hold the whole address space here).
   it_mem("runs once the tensors are freed", function()
     local out, err, rc = child([[
 fill()
@@ -121,7 +122,7 @@ F.conv2d(x, w, nil, {padding = 1}):free()
 x:free()
 collectgarbage("stop")
 local pad = fp8.empty{24 * 262144}
-fill()
+fill(true)
 pad:free()
 local a = fp8.ones{64, 96}
 local ok, e = pcall(a.matmul, a, fp8.ones{96, 80})
@@ -132,5 +133,22 @@ say("conv")
 ]], 500000)
     assert.are.equal(0, rc, err)
     assert.are.equal("true 96.0\nconv\n", out)
+  end)
+
+  -- The matmul primitive cache (128 entries) holds each primitive's JIT code: a GPT generate's new lengths left ~120
+  -- MiB there, and a matmul of a new shape was refused beside it (the sweep's gpt_generate). The least recently used
+  -- are destroyed one by one before a refusal now.
+  it_mem("gives the cached matmul primitives' code back before it refuses", function()
+    local out, err, rc = child([[
+for i = 1, 60 do fp8.randn{8 + i, 64}:matmul(fp8.randn{64, 32}) end   -- about 48 MiB of code
+fill()
+local a = fp8.ones{7, 13}
+local ok, e = pcall(a.matmul, a, fp8.ones{13, 11})
+give()
+say(tostring(ok), ok and e[1][1] or tostring(e))
+say(fp8.ones{9, 64}:matmul(fp8.ones{64, 32})[1][1])   -- a dropped shape made again
+]], 450000)
+    assert.are.equal(0, rc, err)
+    assert.are.equal("true 13.0\n64.0\n", out)
   end)
 end)
