@@ -152,3 +152,23 @@ say(fp8.ones{9, 64}:matmul(fp8.ones{64, 32})[1][1])   -- a dropped shape made ag
     assert.are.equal("true 13.0\n64.0\n", out)
   end)
 end)
+
+describe("the profiler's export that runs out of memory", function()
+  -- The trace's text is built in Lua: where it did not fit the call raised Lua's bare 'not enough memory' (the sweep's
+  -- profiler_export); it names the call now.
+  it_mem("names the call", function()
+    local out, err, rc = child([[
+local a = fp8.randn{8, 8}
+local prof = fp8.profiler.profile{}
+prof:start() for i = 1, 3000 do a:matmul(a) end prof:stop()
+local p = os.tmpname()
+fill(true)
+local ok, e = pcall(prof.export_chrome_trace, prof, p)
+give()
+os.remove(p)
+say(tostring(ok), tostring(e))
+]], 400000)
+    assert.are.equal(0, rc, err)
+    assert.matches("^false [^\n]*export_chrome_trace: not enough memory to build the trace of %d+ events\n$", out)
+  end)
+end)
