@@ -1,7 +1,9 @@
 -- Found on 2026-12-07 (stop 101): out of memory, what stop 100 left: a save_state that ran out of memory left its
--- <dir>.tmp (its cleanup's listing failed and was read as an empty directory), and a process that once reached its
+-- <dir>.tmp (its cleanup's listing failed and was read as an empty directory); a process that once reached its
 -- address-space limit refused every oneDNN primitive of a new shape for good, even with its tensors freed (malloc's
--- heap kept their address space). docs/robustness.md, "Out of memory, the rest (stop 101)".
+-- heap kept their address space), and the conv's kept copies and the cached primitives were not given back before a
+-- refusal; the profiler's export raised Lua's bare 'not enough memory'. docs/robustness.md, "Out of memory, the rest
+-- (stop 101)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
 local q = U.q
