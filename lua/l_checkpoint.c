@@ -463,21 +463,47 @@ static int l_mkdir_p(lua_State *L) {
     return 2;
 }
 
-/* listdir(path) → sorted names (without . and ..), or nil + message. */
-static int l_listdir(lua_State *L) {
-    const char *path = fl_lcheckpath(L, 1, "listdir");
-    DIR *d = opendir(path);
-    if (!d && fl_lfds_collect(L, errno)) d = opendir(path);   /* out of descriptors: once more after a collection */
-    if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
+/* listdir(path) → sorted names (without . and ..), or nil + message. The entries are read by getdents64 into a
+ * buffer on the stack, not by opendir, which allocates its 32 KiB buffer: under a narrow address space (`ulimit -v`)
+ * that failed with ENOMEM, and save_state's cleanup took the failed listing for an empty directory and left its
+ * <dir>.tmp behind (stop 101). The names are pushed in a protected call, so a Lua memory error closes the
+ * descriptor before it is raised again. */
+static int listdir_entries(lua_State *L) {
+    const int fd = (int)lua_tointeger(L, 1);
     lua_newtable(L);
     int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        lua_pushstring(L, e->d_name);
-        lua_rawseti(L, -2, ++n);
+    char buf[8192] __attribute__((aligned(8)));
+    for (;;) {
+        ssize_t got = getdents64(fd, buf, sizeof buf);
+        if (got < 0) { lua_pushnil(L); lua_pushinteger(L, errno); return 2; }
+        if (got == 0) break;
+        for (ssize_t off = 0; off < got;) {
+            const struct dirent64 *e = (const struct dirent64 *)(buf + off);
+            off += e->d_reclen;
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            lua_pushstring(L, e->d_name);
+            lua_rawseti(L, -2, ++n);
+        }
     }
-    closedir(d);
+    return 1;
+}
+
+static int l_listdir(lua_State *L) {
+    const char *path = fl_lcheckpath(L, 1, "listdir");
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 && fl_lfds_collect(L, errno)) fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* out of descriptors: once more after a collection */
+    if (fd < 0) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
+    lua_pushcfunction(L, listdir_entries);
+    lua_pushinteger(L, fd);
+    const int rc = lua_pcall(L, 1, 2, 0);
+    close(fd);
+    if (rc != LUA_OK) return lua_error(L);
+    if (lua_isnil(L, -2)) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror((int)lua_tointeger(L, -2)));
+        return 2;
+    }
+    lua_pop(L, 1);
     lua_getglobal(L, "table");
     lua_getfield(L, -1, "sort");
     lua_pushvalue(L, -3);

@@ -3,10 +3,10 @@
 -- second, small call succeeds), never a signal, an abort or another message. Two ways to run short: --mode ulimit
 -- (the limit bisected: the lowest that runs the op, then --points limits evenly below it) and --mode fill (under a
 -- fixed limit, the address space taken by tensors but for a hole of 0 to 128 MiB in malloc's heap, where the op's
--- tensors fit or not; a primitive's JIT code, which needs fresh address space, never does). docs/robustness.md, "Out of memory under a
--- narrow address space (stop 100)". The small call runs once first: tensors freed stay in malloc's heap, which keeps
--- their address space for later tensors (core/cpu/cpu_device.c), so once the limit was reached a oneDNN primitive of a
--- new shape, whose JIT code needs fresh address space, is refused by name for the rest of the process.
+-- tensors fit or not; a primitive's JIT code, which needs fresh address space, never does). docs/robustness.md, "Out of
+-- memory under a narrow address space (stop 100)" and "Out of memory, the rest (stop 101)". The small call runs once
+-- first, so its primitives are made before the limit is reached (blocks under 1 MiB freed stay in malloc's heap,
+-- which keeps their address space for later tensors: core/cpu/cpu_device.c).
 -- Run: build/fp8lab scripts/oom_sweep.lua [--only conv_fwd,matmul_f32] [--points 12] [--mode ulimit|fill|both]
 local fail = require("fp8.args").fail
 local OPTIONS = {
@@ -78,6 +78,32 @@ local OPS = {
       .. "block_size = 256} local dl = fp8.data.DataLoader{ds, batch_size = 512, shuffle = true}",
     "local n = 0 for x, y in dl:iter() do n = n + 1 if n == 16 then break end end",
     "for x in fp8.data.DataLoader{fp8.data.TextDataset{text = 'abcdefgh', block_size = 2}, batch_size = 2}:iter() do end" },
+  -- stop 101: the rest of the heavy entries
+  { "fp8_cast", "local x = fp8.randn{2048, 2048}",
+    "local q = x:quantize('e4m3') local d = q:dequantize() local q2 = x:quantize('e5m2') q2:dequantize():sum()",
+    "fp8.randn{8}:quantize('e4m3'):dequantize()" },
+  { "msamp_o2", "local acc = fp8.Accelerator{mixed_precision = 'fp8', kwargs_handlers = {fp8.MSAMPRecipeKwargs{opt_level = 'O2'}}} "
+      .. "local m = fp8.nn.Sequential(fp8.nn.Linear(1024, 1024), fp8.nn.Linear(1024, 1024)) "
+      .. "local opt = fp8.optim.AdamW(m:parameters(), {lr = 1e-3}) m, opt = acc:prepare(m, opt) local x = fp8.randn{256, 1024}",
+    "for i = 1, 2 do opt:zero_grad() acc:backward(m(x):sum()) opt:step() end",
+    "local p = fp8.randn{4}:requires_grad_() p.grad = fp8.randn{4} fp8.optim.AdamW({p}, {lr = 1e-3}):step()" },
+  { "gpt_generate", "local g = fp8.nn.GPT{vocab_size = 96, block_size = 64, n_layer = 2, n_head = 4, n_embd = 128} "
+      .. "local idx = fp8.randint(0, 96, {32, 16})",
+    "g:generate(idx, 32)", "fp8.randn{4, 4}:matmul(fp8.randn{4, 4})" },
+  { "hist", "local x = fp8.randn{1 << 22}", "fp8.hist(x, 'e4m3', {quiet = true})",
+    "fp8.hist(fp8.randn{16}, 'e4m3', {quiet = true})" },
+  { "autocast_bf16", "local a, b = fp8.randn{2048, 2048}, fp8.randn{2048, 2048}",
+    "fp8.amp.autocast('bf16', function() return a:matmul(b):sum() end)",
+    "fp8.amp.autocast('bf16', function() return fp8.randn{8, 8}:matmul(fp8.randn{8, 8}) end)" },
+  { "conv_transpose", F .. "local x, w = fp8.randn{8, 64, 32, 32}:requires_grad_(), fp8.randn{64, 32, 3, 3}:requires_grad_()",
+    "F.conv_transpose2d(x, w, nil, {stride = 2}):sum():backward()",
+    "F.conv_transpose2d(fp8.randn{1, 4, 5, 5}, fp8.randn{4, 4, 3, 3})" },
+  { "cdist", "local a, b = fp8.randn{4096, 64}:requires_grad_(), fp8.randn{2048, 64}:requires_grad_()",
+    "fp8.cdist(a, b):sum():backward()", "fp8.cdist(fp8.randn{4, 3}, fp8.randn{5, 3})" },
+  { "profiler_export", "local p = os.tmpname() local a = fp8.randn{256, 256} local prof = fp8.profiler.profile{} prof:start() "
+      .. "for i = 1, 2000 do a:matmul(a) end prof:stop()",
+    "prof:export_chrome_trace(p) os.remove(p)",
+    "local p = os.tmpname() local pr = fp8.profiler.profile{} pr:start() fp8.randn{4}:sum() pr:stop() pr:export_chrome_trace(p) os.remove(p)" },
 }
 if opts.list then
   for _, op in ipairs(OPS) do print(op[1]) end

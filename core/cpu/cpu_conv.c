@@ -226,11 +226,11 @@ static fl_status cv_get(cv_entry **out, const cv_key *k, dnnl_engine_t eng) {
  * largest chunk asked (a chunk's input and output are about 16 MiB), where each call allocated and freed them (the
  * pages of a fresh allocation faulted in again each call). Used under fl_cpu_dnnl_acquire's lock, as the cache, so
  * one set serves every thread; a set past CV_ARENA_KEEP bytes (a single sample past the chunk's size) is freed after
- * the call that needed it, and the set at exit (cv_arena_free). */
+ * the call that needed it, and the set at exit, or where a oneDNN primitive finds no room (fl_cpu_conv_arena_free). */
 #define CV_ARENA_KEEP (INT64_C(64) << 20)
 static struct { void *p[3]; size_t n[3]; bool hooked; } cv_arena;
 
-static void cv_arena_free(void) {
+void fl_cpu_conv_arena_free(void) {
     for (int i = 0; i < 3; i++) {
         free(cv_arena.p[i]);
         cv_arena.p[i] = NULL;
@@ -243,7 +243,7 @@ static void *cv_buffer(int i, const dnnl_memory_desc_t *md) {
     size_t n = (dnnl_memory_desc_get_size(md) + 63) / 64 * 64;
     if (!n) n = 64;
     if (cv_arena.n[i] >= n) return cv_arena.p[i];
-    if (!cv_arena.hooked) cv_arena.hooked = atexit(cv_arena_free) == 0;
+    if (!cv_arena.hooked) cv_arena.hooked = atexit(fl_cpu_conv_arena_free) == 0;
     free(cv_arena.p[i]);
     cv_arena.n[i] = 0;
     if (!(cv_arena.p[i] = aligned_alloc(64, n))) return NULL;
@@ -253,7 +253,7 @@ static void *cv_buffer(int i, const dnnl_memory_desc_t *md) {
 
 /* after a call: the set freed where it grew past CV_ARENA_KEEP */
 static void cv_arena_trim(void) {
-    if ((int64_t)(cv_arena.n[0] + cv_arena.n[1] + cv_arena.n[2]) > CV_ARENA_KEEP) cv_arena_free();
+    if ((int64_t)(cv_arena.n[0] + cv_arena.n[1] + cv_arena.n[2]) > CV_ARENA_KEEP) fl_cpu_conv_arena_free();
 }
 
 /* one execution of p with two to four memories */

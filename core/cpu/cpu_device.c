@@ -6,24 +6,118 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 /* A training step frees and re-allocates the same activation-sized buffers every step. glibc would
  * serve them with fresh mmap()s (page faults on every first touch: ~20% of an MLP step when
- * measured); keeping freed blocks in the heap turns those into reuse. Process-wide, set once. */
+ * measured); keeping freed blocks in the heap turns those into reuse. Process-wide, set once.
+ * Not so under a finite address-space limit (`ulimit -v`, a job's RLIMIT_AS): a heap gives address space back only
+ * from its top, so there a process that once reached its limit kept its freed tensors' space for later tensors
+ * alone, and every oneDNN primitive of a new shape (its JIT code needs fresh mappings) was refused for the rest of
+ * the process, even with every tensor freed. There (cpu_limited) every block carries a 64-byte header with its
+ * mapping's length (0: from the heap); blocks of CPU_MAP_MIN and more are mappings of their own, and a freed one is
+ * kept for the next allocation of the same length (a training step's, its pages faulted in already: the heap's
+ * reuse), up to CPU_KEEP_MAX blocks and CPU_KEEP_BYTES, the oldest unmapped first. The kept ones are all unmapped
+ * where an allocation or a oneDNN primitive finds no room (fl_cpu_release_kept). docs/robustness.md, stop 101. */
+#define CPU_MAP_MIN ((size_t)1 << 20)
+#define CPU_KEEP_MAX 256
+#define CPU_KEEP_BYTES ((size_t)512 << 20)
+#define CPU_HEADER ((size_t)64)
 static pthread_once_t cpu_malloc_once = PTHREAD_ONCE_INIT;
+static bool cpu_limited;
+static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { void *base; size_t len; } kept[CPU_KEEP_MAX];   /* oldest first; under keep_lock */
+static int n_kept;
+static size_t kept_bytes;
+
 static void cpu_malloc_tune(void) {
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        cpu_limited = true;
+        mallopt(M_MMAP_THRESHOLD, CPU_MAP_MIN);   /* the other large buffers (the conv's kept copies) unmapped when freed */
+        return;
+    }
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
+/* kept block i unmapped and taken off the list (under keep_lock) */
+static void keep_drop(int i) {
+    munmap(kept[i].base, kept[i].len);
+    kept_bytes -= kept[i].len;
+    memmove(&kept[i], &kept[i + 1], (size_t)(n_kept - i - 1) * sizeof kept[0]);
+    n_kept--;
+}
+
+void fl_cpu_release_kept(void) {
+    pthread_mutex_lock(&keep_lock);
+    while (n_kept > 0) keep_drop(n_kept - 1);
+    pthread_mutex_unlock(&keep_lock);
+}
+
+/* a block of len bytes (a whole number of pages) with its header: a kept one of that length, or a fresh mapping */
+static void *map_block(size_t len) {
+    pthread_mutex_lock(&keep_lock);
+    for (int i = n_kept - 1; i >= 0; i--)
+        if (kept[i].len == len) {
+            void *p = kept[i].base;
+            kept_bytes -= len;
+            memmove(&kept[i], &kept[i + 1], (size_t)(n_kept - i - 1) * sizeof kept[0]);
+            n_kept--;
+            pthread_mutex_unlock(&keep_lock);
+            return p;
+        }
+    pthread_mutex_unlock(&keep_lock);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void *limited_alloc(size_t n) {
+    if (n + CPU_HEADER >= CPU_MAP_MIN) {
+        const size_t page = 4096, len = (n + CPU_HEADER + page - 1) / page * page;
+        char *b = map_block(len);
+        if (!b) return NULL;
+        *(size_t *)b = len;
+        return b + CPU_HEADER;
+    }
+    char *b = aligned_alloc(64, n + CPU_HEADER);
+    if (!b) return NULL;
+    *(size_t *)b = 0;
+    return b + CPU_HEADER;
 }
 
 static fl_status cpu_alloc(size_t nbytes, void **ptr) {
     pthread_once(&cpu_malloc_once, cpu_malloc_tune);
     size_t n = (nbytes + 63) & ~(size_t)63;
-    *ptr = aligned_alloc(64, n);
+    if (cpu_limited) {
+        *ptr = limited_alloc(n);
+        if (!*ptr) {   /* the kept blocks' address space back, then once more */
+            fl_cpu_release_kept();
+            *ptr = limited_alloc(n);
+        }
+    } else {
+        *ptr = aligned_alloc(64, n);
+    }
     if (!*ptr) return FL_ERR(FL_ENOMEM, "out of memory allocating %zu bytes on cpu", nbytes);
     return FL_OK;
 }
-static void cpu_free(void *p) { free(p); }
+
+static void cpu_free(void *p) {
+    if (!p) return;
+    if (!cpu_limited) { free(p); return; }
+    char *b = (char *)p - CPU_HEADER;
+    const size_t len = *(size_t *)b;
+    if (len == 0) { free(b); return; }
+    if (len > CPU_KEEP_BYTES) { munmap(b, len); return; }
+    pthread_mutex_lock(&keep_lock);
+    while (n_kept > 0 && (n_kept == CPU_KEEP_MAX || kept_bytes + len > CPU_KEEP_BYTES)) keep_drop(0);
+    kept[n_kept].base = b;
+    kept[n_kept].len = len;
+    n_kept++;
+    kept_bytes += len;
+    pthread_mutex_unlock(&keep_lock);
+}
 static fl_status cpu_memcpy(void *dst, const void *src, size_t n) { if (n) memcpy(dst, src, n); return FL_OK; }
 
 void fl_cpu_load(const fl_tensor *t, int64_t off, int64_t stride, int64_t n, float *dst) {

@@ -5,8 +5,10 @@
  * dnnl_primitive_desc_create (brgconv makes kernels there) and dnnl_primitive_create died of SIGSEGV. A trial
  * mapping of the scratchpad oneDNN allocates with the primitive (its library mode) plus FL_CPU_DNNL_HEADROOM for the
  * code and its own structures, released before the call, turns that into an out-of-memory error. Freed tensors keep
- * their address space in malloc's heap (cpu_device.c's thresholds), so the free top of the heap is given back first.
- * A kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
+ * their address space (cpu_device.c keeps them for reuse), so where the room is missing the conv's kept blocked
+ * copies, the device's kept blocks and the free top of the heap are given back first, then oneDNN's primitive cache
+ * and the cached matmul primitives one by one, the least recently used first, each followed by the trial again
+ * (stop 101). A kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
 #include "cpu_internal.h"
 #include <dnnl.h>
 #include <malloc.h>
@@ -20,12 +22,30 @@ static bool room_for(size_t n) {
     return true;
 }
 
+/* oneDNN's primitive cache emptied of what no handle holds (its capacity set to 0 and back) */
+static void flush_dnnl_cache(void) {
+    int cap = 0;
+    if (dnnl_get_primitive_cache_capacity(&cap) != dnnl_success || cap <= 0) return;
+    dnnl_set_primitive_cache_capacity(0);
+    dnnl_set_primitive_cache_capacity(cap);
+}
+
 fl_status fl_cpu_dnnl_room(const char *op, size_t need) {
     const size_t n = need + (size_t)FL_CPU_DNNL_HEADROOM;
     if (n < need) return FL_ERR(FL_ENOMEM, "%s: out of memory: oneDNN would need %zu bytes", op, need);
     if (room_for(n)) return FL_OK;
+    fl_cpu_conv_arena_free();   /* (every caller holds fl_cpu_dnnl_acquire's lock, before a conv's run) */
+    fl_cpu_release_kept();
     malloc_trim(0);
     if (room_for(n)) return FL_OK;
+    /* the primitives' code: oneDNN's own primitive cache keeps every primitive made (its implementation and JIT
+     * code) after its handle is destroyed, so it is emptied first (the entries still held, ours, stay alive), then
+     * the cached matmul primitives go, the least recently used first (a generate's 32 lengths held ~120 MiB), each
+     * followed by the emptying and the trial again */
+    for (bool more = true; more; more = fl_cpu_matmul_drop_oldest()) {
+        flush_dnnl_cache();
+        if (room_for(n)) return FL_OK;
+    }
     return FL_ERR(FL_ENOMEM, "%s: out of memory: oneDNN's primitive needs about %zu bytes of address space to be created "
                   "(its JIT code and scratchpad), which the process does not have left", op, n);
 }

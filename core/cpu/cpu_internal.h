@@ -109,6 +109,16 @@ void fl_cpu_dnnl_release(void);
 #define FL_CPU_DNNL_HEADROOM (INT64_C(32) << 20)
 fl_status fl_cpu_dnnl_room(const char *op, size_t need);
 fl_status fl_cpu_dnnl_create(void *prim, const void *pd, const char *op);
+/* The conv's blocked copies kept between calls (cpu_conv.c's arena, up to 64 MiB) freed; under
+ * fl_cpu_dnnl_acquire's lock, outside a conv's run (fl_cpu_dnnl_room gives their address space to a primitive). */
+void fl_cpu_conv_arena_free(void);
+/* Under a finite address-space limit, the freed blocks of 1 MiB and more that the CPU device keeps for reuse are
+ * unmapped (cpu_device.c); nothing otherwise. */
+void fl_cpu_release_kept(void);
+/* The least recently used cached matmul primitive destroyed (its JIT code's address space given back); false where
+ * none is cached. Under fl_cpu_dnnl_acquire's lock, outside a matmul's run (cpu_matmul.c: no caller holds an entry
+ * across the making of another). */
+bool fl_cpu_matmul_drop_oldest(void);
 /* linear_relu_bf16's AVX512_BF16 epilogue (cpu_linear_act.c); tests clear it to run the portable one */
 extern _Atomic bool fl_cpu_linear_act_wide_allowed;
 /* c[m, n] (fp32, row stride n) = a[m, k] · b[n, k]ᵀ, row-major bf16 operands, by the primitive fl_cpu_dev_matmul runs

@@ -91,6 +91,16 @@ static bool amx_k_tail(const mm_key *key) {
 
 /* Find or create the primitive. Sets *unimpl instead of failing when oneDNN has no
  * implementation for this combination (or amx_k_tail declines it), so the caller can fall back. */
+bool fl_cpu_matmul_drop_oldest(void) {
+    mm_entry *old = NULL;
+    for (int i = 0; i < MM_CACHE; i++)
+        if (mm.e[i].prim && (!old || mm.e[i].used < old->used)) old = &mm.e[i];
+    if (!old) return false;
+    dnnl_primitive_destroy(old->prim);
+    *old = (mm_entry){ 0 };   /* an empty slot (used 0): mm_get takes it first */
+    return true;
+}
+
 static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
     *unimpl = false;
     if (amx_k_tail(key)) {

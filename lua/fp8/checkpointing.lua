@@ -164,7 +164,9 @@ end
 local function rmtree(path)
   local err
   if C.is_dir(path) and not C.is_link(path) then
-    for _, name in ipairs(C.listdir(path) or {}) do
+    local names, lerr = C.listdir(path)
+    if not names then err = "cannot list " .. tostring(lerr) end
+    for _, name in ipairs(names or {}) do
       local ok, e = rmtree(join(path, name))
       if not ok then err = err or e end
     end
@@ -231,6 +233,13 @@ end
 local function exists(path) return C.exists(path) or C.is_link(path) end   -- stat, never open: a named pipe blocks
 
 local function marked(dir) return exists(join(dir, PARTIAL)) end
+-- The names in dir; a listing that fails (out of memory, a permission) is an error, never an empty directory: read as
+-- one, save_state's cleanup removed nothing and said it had (stop 101).
+local function names_of(dir)
+  local names, err = C.listdir(dir)
+  if not names then error("cannot list " .. tostring(err), 0) end
+  return names
+end
 -- An empty file, created in one step (a kill leaves it there or not, never half), so no temporary name of its own.
 local function mark(dir)
   local f, err = open_file(join(dir, PARTIAL), "wb")
@@ -240,7 +249,7 @@ end
 -- Every path under dir, relative, directories with a trailing "/" (symbolic links are listed, not followed).
 local function tree(dir, prefix, out)
   out = out or {}
-  for _, name in ipairs(C.listdir(dir) or {}) do
+  for _, name in ipairs(names_of(dir)) do
     local full, rel = join(dir, name), (prefix or "") .. name
     if C.is_dir(full) and not C.is_link(full) then
       out[#out + 1] = rel .. "/"
@@ -268,11 +277,11 @@ local function foreign_entries(dir, working)
   local out = {}
   if not st then
     if working and marked(dir) then return out end
-    for _, name in ipairs(C.listdir(dir) or {}) do out[#out + 1] = name end   -- not a checkpoint: all the user's
+    for _, name in ipairs(names_of(dir)) do out[#out + 1] = name end   -- not a checkpoint: all the user's
     return out
   end
   if type(st.files) ~= "table" then   -- an older checkpoint: its own names, at the top level
-    for _, name in ipairs(C.listdir(dir) or {}) do
+    for _, name in ipairs(names_of(dir)) do
       if not own_name(name) and name ~= PARTIAL then out[#out + 1] = name end
     end
     return out
@@ -298,7 +307,7 @@ end
 -- it), or marked with nothing in it that no checkpoint wrote. Returns true, or false with the entries in the way
 -- (all of them when the mark is missing).
 local function own_leftover(dir)
-  local names = C.listdir(dir) or {}
+  local names = names_of(dir)
   if #names == 0 then return true end
   if not marked(dir) then return false, names end
   local f = foreign_entries(dir, true)
@@ -310,13 +319,13 @@ end
 -- with the entries in the way, when it may not.
 -- Removes dir when it is fp8lab's own (own_leftover). Returns true; or false and the entries that are not fp8lab's;
 -- or false, nil and why a removal failed, the state file and the marker then left in place, so that what is left
--- stays recognisably fp8lab's and a later save removes it.
+-- stays recognisably fp8lab's and a later save removes it. (Raises where dir cannot be listed.)
 local function remove_own(dir)
   if not C.is_dir(dir) or C.is_link(dir) then return true end
   local ok, f = own_leftover(dir)
   if not ok then return false, f end
   local last, failed = {}, nil
-  for _, name in ipairs(C.listdir(dir) or {}) do
+  for _, name in ipairs(names_of(dir)) do
     if name == PARTIAL or name == STATE_FILE then last[#last + 1] = name
     else
       local removed, e = rmtree(join(dir, name))
@@ -326,7 +335,8 @@ local function remove_own(dir)
   if failed then return false, nil, failed end
   table.sort(last, function(x, y) return x ~= PARTIAL and y == PARTIAL end)   -- the state file, then the marker
   for _, name in ipairs(last) do os.remove(join(dir, name)) end
-  os.remove(dir)
+  local removed, e = os.remove(dir)
+  if not removed then return false, nil, e end
   return true
 end
 
@@ -360,7 +370,7 @@ local function publish_refusal(dir, automatic, iteration)
     -- total_limit would prune the other run's checkpoints (Accelerate prunes them before its own refusal)
     local base = dir:match("^(.*)/[^/]*$") or "."
     local newest
-    for _, e in ipairs(C.listdir(base) or {}) do
+    for _, e in ipairs(names_of(base)) do
       local n = math.tointeger(tonumber(e:match("^checkpoint_(%d+)$") or ""))
       if n and n >= iteration and (not newest or n > newest) then newest = n end
     end
@@ -829,7 +839,20 @@ function M.install(Accelerator)
       if mine and not mine:match("^save_state: ") then mine = "save_state: " .. mine end
       local msg = require("fp8.distributed")._first_error(self.num_processes or 1, rank, mine)
       if msg then
-        if main and cleanup then remove_own(tmp) end
+        -- the temporary directory goes, whatever ran short: a cleanup that fails (out of memory too) is tried again
+        -- after a collection, and where it still fails the message says what was left, not the cleanup's error
+        if main and cleanup then
+          local okc, removed, _, why = pcall(remove_own, tmp)
+          if not (okc and removed) then
+            collectgarbage()
+            okc, removed, _, why = pcall(remove_own, tmp)
+          end
+          if not (okc and removed) and exists(tmp) then
+            msg = ("%s (and its temporary directory %s could not be removed: %s; it stays marked as fp8lab's, and the "
+              .. "next save removes it)"):format(msg, tmp, okc and tostring(why or "entries no checkpoint wrote")
+              or unplaced(tostring(removed)))
+          end
+        end
         error(msg, 0)
       end
     end

@@ -613,7 +613,12 @@ function Profiler:export_chrome_trace(path)
   if type(path) ~= "string" or path == "" then
     error(("export_chrome_trace: expected a file name, got %s"):format(type(path) == "string" and '""' or type(path)), 2)
   end
-  local ok, err = self:_write_trace(path)
+  -- (Lua's own "not enough memory", raised while the trace's text is built, named as the call's: stop 101's sweep)
+  local okc, ok, err = pcall(self._write_trace, self, path)
+  if not okc then
+    if ok ~= "not enough memory" then error(ok, 0) end
+    ok, err = nil, ("not enough memory to build the trace of %d events"):format(#self._events)
+  end
   if not ok then error("export_chrome_trace: " .. err, 2) end
   return path
 end

@@ -1,0 +1,176 @@
+-- Found on 2026-12-07 (stop 101): out of memory, what stop 100 left: a save_state that ran out of memory left its
+-- <dir>.tmp (its cleanup's listing failed and was read as an empty directory); a process that once reached its
+-- address-space limit refused every oneDNN primitive of a new shape for good, even with its tensors freed (malloc's
+-- heap kept their address space), and the conv's kept copies and the cached primitives were not given back before a
+-- refusal; the profiler's export raised Lua's bare 'not enough memory'. docs/robustness.md, "Out of memory, the rest
+-- (stop 101)".
+local U = dofile("tests/spec/helpers/util.lua")
+local BIN = arg and arg[-1] or "build/fp8lab"
+local q = U.q
+
+-- The child's first lines: warm (the modules loaded, oneDNN's engine made), then fill() takes the address space by
+-- 1 MiB tensors until one fails (fill(true): then 16 KiB ones); give() returns them all.
+local PRELUDE = [[
+local F = fp8.nn.functional
+F.conv2d(fp8.randn{1, 8, 6, 6}, fp8.randn{8, 8, 3, 3})
+fp8.randn{3, 5}:matmul(fp8.randn{5, 7})
+collectgarbage("stop")
+local keep, n = {}, 0
+local function fill(fine)
+  for _, sz in ipairs(fine and {262144, 4096} or {262144}) do
+    while true do
+      local ok, t = pcall(fp8.empty, {sz})
+      if not ok then break end
+      n = n + 1; keep[n] = t
+    end
+  end
+end
+local function give()
+  for i = 1, n do keep[i]:free() end
+  keep, n = {}, 0
+  collectgarbage("restart")
+  collectgarbage()
+end
+local function say(...) io.write(table.concat({...}, " "), "\n") end
+]]
+
+-- runs PRELUDE .. code in a child under `ulimit -v` limit KB: its output, stderr and exit status
+local function child(code, limit)
+  local out, err = os.tmpname(), os.tmpname()
+  local _, _, rc = os.execute(("ulimit -v %d; OMP_NUM_THREADS=2 timeout -s KILL 60 %s -e %s </dev/null >%s 2>%s")
+    :format(limit, q(BIN), q(PRELUDE .. code), out, err))
+  return U.take(out), U.take(err), rc
+end
+
+-- ASan reserves terabytes of address space: `ulimit -v` cannot apply to its build
+local it_mem = os.getenv("ASAN_OPTIONS") and pending or it
+
+describe("a save_state that runs out of memory", function()
+  -- Its cleanup listed <dir>.tmp with opendir, whose 32 KiB buffer did not fit either: the failed listing read as an
+  -- empty directory, nothing was removed and the cleanup reported success (3 runs of 3 left <dir>.tmp). The listing
+  -- needs no heap now (getdents64 into a stack buffer), and a listing that fails is an error, never an empty one.
+  it_mem("leaves no <dir>.tmp, and the checkpoint it would have replaced loads as it was", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    local out, err, rc = child(([[
+local dir = %q
+local acc = fp8.Accelerator{}
+local model = fp8.nn.Sequential(fp8.nn.Linear(512, 512), fp8.nn.Linear(512, 512))
+local opt = fp8.optim.AdamW(model:parameters(), {lr = 1e-3})
+model, opt = acc:prepare(model, opt)
+model(fp8.randn{8, 512}):sum():backward() opt:step()
+acc:save_state(dir)
+local saved = model[1].weight:clone()
+opt:step()
+fill(true)
+local ok, e = pcall(acc.save_state, acc, dir)
+give()
+say(tostring(ok), tostring(e):match("out of memory") or tostring(e))
+say("tmp", tostring(io.open(dir .. ".tmp") ~= nil))
+acc:load_state(dir)
+say("back", tostring((saved - model[1].weight):abs():max():item() == 0))
+]]):format(dir), 500000)
+    os.execute("rm -rf " .. q(dir) .. " " .. q(dir .. ".tmp"))
+    assert.are.equal(0, rc, err)
+    assert.are.equal("false out of memory\ntmp false\nback true\n", out)
+  end)
+
+  it_mem("lists a directory with the address space taken", function()
+    local out, err, rc = child([[
+local C = require "fp8._checkpoint"
+fill(true)
+local names, e = C.listdir("lua/fp8/nn")
+local first = names and names[1]
+give()
+say(tostring(first), tostring(e))
+]], 400000)
+    assert.are.equal(0, rc, err)
+    assert.are.equal("activations.lua nil\n", out)
+  end)
+end)
+
+describe("oneDNN's primitive of a new shape after the limit was reached", function()
+  -- cpu_device.c kept every freed block in malloc's heap (its mmap threshold 256 MiB), which gives address space
+  -- back only from its top: once the tensors had taken the limit, freeing all of them gave nothing back, and every
+  -- conv or matmul of a new shape was refused by name for the rest of the process. Under a finite RLIMIT_AS, blocks
+  -- of 1 MiB and more are mappings of their own now, kept for reuse when freed and unmapped where a primitive finds
+  -- no room (the fill's 1 MiB tensors, kept after give(), hold the whole address space here).
+  it_mem("runs once the tensors are freed", function()
+    local out, err, rc = child([[
+fill()
+local ok0 = pcall(function() return F.conv2d(fp8.randn{1, 32, 20, 20}, fp8.randn{32, 32, 3, 3}, nil, {padding = 1}) end)
+give()
+say("full", tostring(ok0))
+for i, s in ipairs{{1, 32, 20, 20}, {2, 24, 10, 10}} do
+  local ok, e = pcall(F.conv2d, fp8.ones(s), fp8.ones{s[2], s[2], 3, 3}, nil, {padding = 1})
+  say("conv", i, tostring(ok), ok and e[1][1][2][2] or tostring(e))
+  local a = fp8.ones{64 + i, 96}:to("bf16")
+  ok, e = pcall(a.matmul, a, fp8.ones{96, 80}:to("bf16"))
+  say("matmul", i, tostring(ok), ok and e[1][1] or tostring(e))
+end
+]], 400000)
+    assert.are.equal(0, rc, err)
+    assert.are.equal("full false\nconv 1 true 288.0\nmatmul 1 true 96.0\nconv 2 true 216.0\nmatmul 2 true 96.0\n", out)
+  end)
+
+  -- The conv keeps its blocked copies between calls (cpu_conv.c's arena, 16 MiB after this conv): where a primitive
+  -- finds no room they are freed first now. With a 24 MiB hole of fresh address space and the rest taken, a new
+  -- matmul's room (32 MiB) is there only with the arena's space (refused with holes up to 32 MiB without).
+  it_mem("takes the conv's kept blocked copies back before it refuses", function()
+    local out, err, rc = child([[
+give()
+local x, w = fp8.randn{8, 64, 64, 64}, fp8.randn{64, 64, 3, 3}
+F.conv2d(x, w, nil, {padding = 1}):free()
+x:free()
+collectgarbage("stop")
+local pad = fp8.empty{24 * 262144}
+fill(true)
+pad:free()
+local a = fp8.ones{64, 96}
+local ok, e = pcall(a.matmul, a, fp8.ones{96, 80})
+give()
+say(tostring(ok), ok and e[1][1] or tostring(e))
+F.conv2d(fp8.randn{2, 64, 64, 64}, w, nil, {padding = 1})   -- and the conv runs on, its copies made again
+say("conv")
+]], 500000)
+    assert.are.equal(0, rc, err)
+    assert.are.equal("true 96.0\nconv\n", out)
+  end)
+
+  -- The matmul primitive cache (128 entries) holds each primitive's JIT code: a GPT generate's new lengths left ~120
+  -- MiB there, and a matmul of a new shape was refused beside it (the sweep's gpt_generate). The least recently used
+  -- are destroyed one by one before a refusal now.
+  it_mem("gives the cached matmul primitives' code back before it refuses", function()
+    local out, err, rc = child([[
+for i = 1, 60 do fp8.randn{8 + i, 64}:matmul(fp8.randn{64, 32}) end   -- about 48 MiB of code
+fill()
+local a = fp8.ones{7, 13}
+local ok, e = pcall(a.matmul, a, fp8.ones{13, 11})
+give()
+say(tostring(ok), ok and e[1][1] or tostring(e))
+say(fp8.ones{9, 64}:matmul(fp8.ones{64, 32})[1][1])   -- a dropped shape made again
+]], 450000)
+    assert.are.equal(0, rc, err)
+    assert.are.equal("true 13.0\n64.0\n", out)
+  end)
+end)
+
+describe("the profiler's export that runs out of memory", function()
+  -- The trace's text is built in Lua: where it did not fit the call raised Lua's bare 'not enough memory' (the sweep's
+  -- profiler_export); it names the call now.
+  it_mem("names the call", function()
+    local out, err, rc = child([[
+local a = fp8.randn{8, 8}
+local prof = fp8.profiler.profile{}
+prof:start() for i = 1, 3000 do a:matmul(a) end prof:stop()
+local p = os.tmpname()
+fill(true)
+local ok, e = pcall(prof.export_chrome_trace, prof, p)
+give()
+os.remove(p)
+say(tostring(ok), tostring(e))
+]], 400000)
+    assert.are.equal(0, rc, err)
+    assert.matches("^false [^\n]*export_chrome_trace: not enough memory to build the trace of %d+ events\n$", out)
+  end)
+end)
