@@ -214,10 +214,16 @@ fl_status fl_dist_init(double timeout_s) {
     /* the watchdog runs before MPI_Init_thread, which waits for every rank: one that ended without joining (a script
      * that returned early there) would otherwise hold this one forever, past the timeout (torch's rendezvous has
      * one) */
+    /* (made with the host's signals blocked: a Ctrl-C goes to the main thread, fl_signals_block. MPI's own threads,
+     * made in MPI_Init_thread, are not: a second Ctrl-C while it waits for the other ranks must still kill; one that
+     * lands on such a thread is sent on to the main one, lua/main.c) */
+    sigset_t old_mask;
+    fl_signals_block(&old_mask);
     if (!wd_started && pthread_create(&wd_thread, NULL, watchdog, NULL) == 0) {
         pthread_detach(wd_thread);
         wd_started = true;
     }
+    fl_signals_restore(&old_mask);
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {

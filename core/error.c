@@ -1,6 +1,7 @@
 /* error.c — thread-local error messages and the process-wide interrupt flag. */
 #include "error.h"
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,6 +57,17 @@ void fl_clear_error(void) { fl_err_buf[0] = 0; fl_err_detail_off = 0; fl_err_cod
 void fl_interrupt_set(void) { fl_interrupt_flag = 1; }
 void fl_interrupt_clear(void) { fl_interrupt_flag = 0; }
 int fl_interrupt_pending(void) { return fl_interrupt_flag != 0; }
+void fl_signals_block(sigset_t *old) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGWINCH);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+void fl_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 fl_status fl_check_interrupt(void) {
     if (!fl_interrupt_flag) return FL_OK;
     fl_interrupt_flag = 0;

@@ -3,6 +3,7 @@
 #ifndef FL_ERROR_H
 #define FL_ERROR_H
 
+#include <signal.h>
 #include <stdbool.h>
 
 typedef enum {
@@ -50,6 +51,12 @@ void fl_interrupt_clear(void);
 int  fl_interrupt_pending(void);
 /* Returns FL_EINTR (with message "interrupted") and clears the flag if one is pending, else FL_OK. */
 fl_status fl_check_interrupt(void);
+/* The host's signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH) blocked in the calling thread, its mask before in
+ * *old, and put back by fl_signals_restore: a thread created in between inherits the blocked set, so a signal sent
+ * to the process goes to a thread that takes it (the main one), never to a helper thread (dist's watchdog, MPI's
+ * progress threads), where SIGINT's handler would have no alternate stack (lua/main.c). */
+void fl_signals_block(sigset_t *old);
+void fl_signals_restore(const sigset_t *old);
 
 #define FL_TRY(expr) do { fl_status fl__s = (expr); if (fl__s != FL_OK) return fl__s; } while (0)
 

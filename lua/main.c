@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -129,7 +130,24 @@ static void lstop(lua_State *L, lua_Debug *ar) {
     luaL_error(L, "interrupted!");
 }
 
+/* The thread that runs Lua (main's), whose Lua state and stack only it may touch. Linux hands a signal sent to the
+ * process to any thread that does not block it (the main one first, another where the main one has a signal
+ * pending), and tgkill aims one at a thread: a SIGINT that lands on another thread (an OpenMP worker, a library's
+ * own thread) is sent on to the main thread and goes no further there. Until stop 101 the worker ran laction itself:
+ * lua_sethook walked the main thread's Lua call frames while that thread ran and changed them, and without an
+ * alternate stack of its own the handler's frame landed where oneDNN's JIT kernels keep data below the worker's
+ * stack pointer (use_signal_stack). */
+static pid_t main_tid;
+static int sent_to_main(int sig) {
+    if (main_tid == 0 || (pid_t)syscall(SYS_gettid) == main_tid) return 0;
+    int saved = errno;
+    syscall(SYS_tgkill, (pid_t)getpid(), main_tid, sig);
+    errno = saved;
+    return 1;
+}
+
 static void laction(int sig) {
+    if (sent_to_main(sig)) return;
     signal(sig, SIG_DFL);
     fl_interrupt_set();
     lua_sethook(globalL, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
@@ -137,14 +155,20 @@ static void laction(int sig) {
 
 /* SIGINT's handlers run on a stack of their own (SA_ONSTACK): on the interrupted one, the handler's frame landed
  * where oneDNN's JIT kernels keep data below the stack pointer, and a Ctrl-C during a matmul corrupted the heap
- * (about half of 20 interrupts of a matmul-tanh loop aborted in free). One for the main thread, which Linux hands
- * a process's signal to first; one already set up (a sanitizer's) is kept. */
+ * (about half of 20 interrupts of a matmul-tanh loop aborted in free). One for the main thread (mem NULL: a static
+ * one), which Linux hands a process's signal to first, and since stop 101 one for each OpenMP worker, which runs the
+ * same kernels and takes a signal the main thread could not (sent_to_main sends it on from there); one already set
+ * up (a sanitizer's) is kept. A worker's stack is allocated; where that fails it goes without. */
 static void use_signal_stack(void) {
     stack_t cur;
     if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return;
     static char mem[256 * 1024];
-    stack_t ss = { .ss_sp = mem, .ss_size = sizeof mem, .ss_flags = 0 };
-    sigaltstack(&ss, NULL);
+    const bool main_thread = (pid_t)syscall(SYS_gettid) == main_tid;
+    const size_t n = main_thread ? sizeof mem : 64 * 1024;   /* (the frame with AMX's state is about 12 KiB) */
+    void *p = main_thread ? mem : malloc(n);
+    if (!p) return;
+    stack_t ss = { .ss_sp = p, .ss_size = n, .ss_flags = 0 };
+    sigaltstack(&ss, NULL);   /* a worker's is never freed: the thread lives as long as the process */
 }
 
 /* Runs a function with laction as the SIGINT handler, then puts back whatever was in force
@@ -449,7 +473,7 @@ static volatile sig_atomic_t prompt_interrupted = 0;
 static int interactive = 0;  /* stdin is a terminal: show banner and prompts */
 
 static void prompt_sigint(int sig) {
-    (void)sig;
+    if (sent_to_main(sig)) return;   /* the main thread's read() must see EINTR */
     prompt_interrupted = 1;
 }
 
@@ -940,13 +964,13 @@ static int set_cpu_isa(void) {
  * (each thread's stack is a fresh mapping of RLIMIT_STACK's size, 8 MiB by default): DataLoader, attention, a save
  * died there (docs/robustness.md, stop 100). The team is kept and reused by every later region (the count is
  * OMP_NUM_THREADS' for the whole process), so no thread is created later; a limit too narrow for even this ends the
- * process here, at its start, with libgomp's message. */
+ * process here, at its start, with libgomp's message. Each thread of the team sets up its signal stack there. */
 static void start_omp_team(void) {
 #ifdef _OPENMP
-    static volatile int team;   /* a body the compiler keeps (an empty region is dropped) */
     #pragma omp parallel
-    team = omp_get_num_threads();
-    (void)team;
+    use_signal_stack();   /* each worker's own (the main thread's too) */
+#else
+    use_signal_stack();
 #endif
 }
 
@@ -954,8 +978,8 @@ int main(int argc, char **argv) {
     int bad = check_omp_threads();
     if (!bad) bad = set_cpu_isa();
     if (bad) return bad;
+    main_tid = (pid_t)syscall(SYS_gettid);
     start_omp_team();
-    use_signal_stack();
     /* A write past a file-size limit (ulimit -f, a site's quota) raises SIGXFSZ, whose default kills the process in
      * the middle of a save: ignored, the write fails with EFBIG instead and the writer reports it (the atomic
      * writers leave the old file, appends are cut back, core/fileio.c). */

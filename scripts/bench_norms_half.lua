@@ -35,6 +35,13 @@ local cases = {
   { "get_total_norm bf16 (4x[64,64])", function() return U.get_total_norm(bgrads) end, 5000 },
   { "clip_grad_norm_ p=3 (4x[64,64])", function() return U.clip_grad_norm_(params, 1e9, 3) end, 5000 },
   { "clip_grad_norm_ bf16 (4x[64,64])", function() return U.clip_grad_norm_(bparams, 1e9) end, 5000 },
+  -- the other orders (stop 101)
+  { "get_total_norm p=1 (4x[64,64])", function() return U.get_total_norm(grads, 1) end, 5000 },
+  { "get_total_norm p=inf (4x[64,64])", function() return U.get_total_norm(grads, math.huge) end, 5000 },
+  { "get_total_norm p=0.5 (4x[64,64])", function() return U.get_total_norm(grads, 0.5) end, 5000 },
+  { "clip_grad_norm_ p=1 (4x[64,64])", function() return U.clip_grad_norm_(params, 1e9, 1) end, 5000 },
+  { "clip_grad_norm_ p=inf (4x[64,64])", function() return U.clip_grad_norm_(params, 1e9, math.huge) end, 5000 },
+  { "clip_grad_norm_ p=0.5 (4x[64,64])", function() return U.clip_grad_norm_(params, 1e9, 0.5) end, 5000 },
 }
 for _, c in ipairs(cases) do
   if filter and not c[1]:find(filter, 1, true) then goto next end

@@ -48,7 +48,7 @@ static struct { cv_entry e[CV_CACHE]; uint64_t tick; } cv;   /* used under fl_cp
 
 #define CV_CHECK(call)                                                                                               \
     do { dnnl_status_t s_ = (call);                                                                                  \
-         if (s_ != dnnl_success) { st = FL_ERR(FL_EDEVICE, "oneDNN %s failed (status %d)", #call, (int)s_); goto fail; } \
+         if (s_ != dnnl_success) { st = fl_cpu_dnnl_status(s_, "conv2d", #call); goto fail; }                        \
     } while (0)
 
 static void cv_drop(cv_entry *e) {
@@ -65,9 +65,7 @@ static fl_status reorder_of(dnnl_primitive_t *out, const dnnl_memory_desc_t *fro
     dnnl_primitive_desc_t pd;
     FL_TRY(fl_cpu_dnnl_room("conv2d", 0));
     dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, NULL);
-    if (s == dnnl_out_of_memory) return FL_ERR(FL_ENOMEM, "conv2d: out of memory making oneDNN's reorder");
-    if (s != dnnl_success)
-        return FL_ERR(FL_EDEVICE, "oneDNN dnnl_reorder_primitive_desc_create(conv2d) failed (status %d)", (int)s);
+    if (s != dnnl_success) return fl_cpu_dnnl_status(s, "conv2d", "dnnl_reorder_primitive_desc_create");
     fl_status st = fl_cpu_dnnl_create(out, pd, "conv2d");
     dnnl_primitive_desc_destroy(pd);
     return st;
@@ -260,10 +258,9 @@ static void cv_arena_trim(void) {
 static fl_status cv_exec(dnnl_primitive_t p, dnnl_stream_t str, int n, const int *arg, dnnl_memory_t const *mem) {
     dnnl_exec_arg_t a[4];
     for (int i = 0; i < n; i++) a[i] = (dnnl_exec_arg_t){ arg[i], mem[i] };
-    dnnl_status_t s = dnnl_primitive_execute(p, str, n, a);
+    dnnl_status_t s = fl_cpu_dnnl_fail_injected("execute") ? dnnl_out_of_memory : dnnl_primitive_execute(p, str, n, a);
     if (s == dnnl_success) s = dnnl_stream_wait(str);
-    return s == dnnl_success ? FL_OK : FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_execute(convolution) failed (status %d)",
-                                              (int)s);
+    return fl_cpu_dnnl_status(s, "conv2d", "dnnl_primitive_execute");
 }
 
 /* r[i] (16 floats) = column i of the 16×16 tile whose rows r held: four rounds of shuffles */
@@ -393,6 +390,14 @@ static void nhwc_out(float *y, uint16_t *y16, const float *src, const float *bia
     }
 }
 
+/* a oneDNN memory over the buffer p; out of memory (the object's own allocation) is FL_ENOMEM, which the binding
+ * collects and retries (until stop 101 a device error) */
+static fl_status cv_memory(dnnl_memory_t *m, const dnnl_memory_desc_t *md, dnnl_engine_t eng, void *p) {
+    dnnl_status_t s = fl_cpu_dnnl_fail_injected("memory_create") ? dnnl_out_of_memory : dnnl_memory_create(m, md, eng, p);
+    if (s != dnnl_success) *m = NULL;
+    return fl_cpu_dnnl_status(s, "conv2d", "dnnl_memory_create");
+}
+
 /* m samples by e's primitives: user = { src, weights, dst } in the plain layouts (the written one e->out), db the
  * bias's gradient (CV_BWD_WB), bias the forward's bias where unblock adds it (*biased: it did); y16: the written
  * operand is bf16 there, rounded by unblock (e->blk set: the caller checked) */
@@ -404,21 +409,16 @@ static fl_status cv_run(cv_entry *e, dnnl_engine_t eng, dnnl_stream_t str, void 
     const int o = e->out;
     const bool nh16 = e->key.nhwc && y16;   /* an NHWC bf16 result: the kernel's fp32 in a buffer, rounded by nhwc_out */
     for (int i = 0; i < 3 && st == FL_OK; i++) {
-        if (dnnl_memory_create(&plain[i], &e->md[i], eng, user[i]) != dnnl_success) {
-            st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
-            break;
-        }
+        if ((st = cv_memory(&plain[i], &e->md[i], eng, user[i])) != FL_OK) break;
         if (!e->re[i] && !(i == o && (e->blk || nh16))) { kern[i] = plain[i]; continue; }
         if (!(buf[i] = cv_buffer(i, &e->md[3 + i]))) {
             st = FL_ERR(FL_ENOMEM, "conv2d: out of memory for oneDNN's blocked copy (%zu bytes)",
                         dnnl_memory_desc_get_size(&e->md[3 + i]));
             break;
         }
-        if (dnnl_memory_create(&kern[i], &e->md[3 + i], eng, buf[i]) != dnnl_success)
-            st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
+        st = cv_memory(&kern[i], &e->md[3 + i], eng, buf[i]);
     }
-    if (st == FL_OK && e->key.kind == CV_BWD_WB && dnnl_memory_create(&mb, &e->md[6], eng, db) != dnnl_success)
-        st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
+    if (st == FL_OK && e->key.kind == CV_BWD_WB) st = cv_memory(&mb, &e->md[6], eng, db);
     static const int args[4][4] = {
         { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST },
         { DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST },

@@ -12,6 +12,10 @@
 #include "cpu_internal.h"
 #include <dnnl.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 /* PROT_NONE and MAP_NORESERVE: the mapping takes address space (what RLIMIT_AS counts) and no memory */
@@ -62,4 +66,41 @@ fl_status fl_cpu_dnnl_create(void *prim, const void *pd, const char *op) {
     if (s == dnnl_out_of_memory) return FL_ERR(FL_ENOMEM, "%s: out of memory creating oneDNN's primitive", op);
     if (s != dnnl_success) return FL_ERR(FL_EDEVICE, "%s: oneDNN dnnl_primitive_create failed (status %d)", op, (int)s);
     return FL_OK;
+}
+
+fl_status fl_cpu_dnnl_status(int s, const char *op, const char *call) {
+    if (s == dnnl_success) return FL_OK;
+    if (s == dnnl_out_of_memory) return FL_ERR(FL_ENOMEM, "%s: out of memory in oneDNN's %s", op, call);
+    return FL_ERR(FL_EDEVICE, "%s: oneDNN %s failed (status %d)", op, call, s);
+}
+
+/* FP8LAB_TEST_DNNL_OOM, read once: the call it names and how many of them fail (-1: every one) */
+static struct { _Atomic int state; char call[32]; _Atomic long left; } inj;   /* state: 0 unread, 1 none, 2 set */
+
+bool fl_cpu_dnnl_fail_injected(const char *call) {
+    int st = atomic_load(&inj.state);
+    if (st == 0) {
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&lock);
+        if ((st = atomic_load(&inj.state)) == 0) {
+            const char *e = getenv("FP8LAB_TEST_DNNL_OOM");
+            const char *colon = e ? strchr(e, ':') : NULL;
+            size_t n = e ? (colon ? (size_t)(colon - e) : strlen(e)) : 0;
+            st = 1;
+            if (n > 0 && n < sizeof inj.call) {
+                memcpy(inj.call, e, n);
+                inj.call[n] = 0;
+                atomic_store(&inj.left, colon ? strtol(colon + 1, NULL, 10) : -1);
+                st = 2;
+            }
+            atomic_store(&inj.state, st);
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    if (st != 2 || strcmp(call, inj.call) != 0) return false;
+    long left = atomic_load(&inj.left);
+    while (left != 0) {
+        if (left < 0 || atomic_compare_exchange_weak(&inj.left, &left, left - 1)) return true;
+    }
+    return false;
 }

@@ -119,6 +119,13 @@ void fl_cpu_release_kept(void);
  * none is cached. Under fl_cpu_dnnl_acquire's lock, outside a matmul's run (cpu_matmul.c: no caller holds an entry
  * across the making of another). */
 bool fl_cpu_matmul_drop_oldest(void);
+/* A oneDNN call's status s (a dnnl_status_t) as the core's: FL_OK for success; FL_ENOMEM for out_of_memory, "op: out
+ * of memory in oneDNN's <call>" as the core's other out-of-memory errors say it, so that the binding collects and
+ * tries once more; FL_EDEVICE naming the call and the status otherwise (cpu_dnnl_create.c). */
+fl_status fl_cpu_dnnl_status(int s, const char *op, const char *call);
+/* The tests' hook: true where FP8LAB_TEST_DNNL_OOM (read at the first call) names `call` ("memory_create",
+ * "execute"): "call" fails every such call, "call:N" the next N, as out_of_memory without running it. */
+bool fl_cpu_dnnl_fail_injected(const char *call);
 /* linear_relu_bf16's AVX512_BF16 epilogue (cpu_linear_act.c); tests clear it to run the portable one */
 extern _Atomic bool fl_cpu_linear_act_wide_allowed;
 /* c[m, n] (fp32, row stride n) = a[m, k] · b[n, k]ᵀ, row-major bf16 operands, by the primitive fl_cpu_dev_matmul runs

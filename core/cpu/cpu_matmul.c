@@ -51,7 +51,7 @@ static struct {
 
 #define DNNL_CHECK(call)                                                                       \
     do { dnnl_status_t s_ = (call);                                                            \
-         if (s_ != dnnl_success) return FL_ERR(FL_EDEVICE, "oneDNN %s failed (status %d)", #call, (int)s_); } while (0)
+         if (s_ != dnnl_success) return fl_cpu_dnnl_status(s_, "matmul", #call); } while (0)
 
 static dnnl_data_type_t dnnl_dt(fl_dtype t) {
     return t == FL_F32 ? dnnl_f32 : t == FL_BF16 ? dnnl_bf16 : dnnl_f16;
@@ -148,7 +148,7 @@ static fl_status mm_get(mm_entry **out, const mm_key *key, bool *unimpl) {
         if (po) dnnl_post_ops_destroy(po);
         if (ps != dnnl_success) {
             dnnl_primitive_attr_destroy(attr);
-            return FL_ERR(FL_EDEVICE, "oneDNN matmul epilogue: post-ops failed (status %d)", (int)ps);
+            return fl_cpu_dnnl_status(ps, "matmul", "post-ops (the epilogue)");
         }
     }
     dnnl_primitive_desc_t pd;
@@ -190,16 +190,21 @@ static fl_status mm_exec_post(mm_entry *e, const void *a, const void *b, void *d
     dnnl_memory_t mem[5] = { NULL, NULL, NULL, NULL, NULL };
     void *ptr[5] = { (void *)a, (void *)b, d, (void *)scale, (void *)bias };
     fl_status st = FL_OK;
-    for (int i = 0; i < nmem && st == FL_OK; i++)
-        if (dnnl_memory_create(&mem[i], &e->md[i], mm.engine, ptr[i]) != dnnl_success)
-            st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_memory_create failed");
+    for (int i = 0; i < nmem && st == FL_OK; i++) {
+        /* out of memory here is FL_ENOMEM, which the binding collects and retries (until stop 101 a device error) */
+        dnnl_status_t s = fl_cpu_dnnl_fail_injected("memory_create") ? dnnl_out_of_memory
+                                                                     : dnnl_memory_create(&mem[i], &e->md[i], mm.engine, ptr[i]);
+        if (s != dnnl_success) mem[i] = NULL;
+        st = fl_cpu_dnnl_status(s, "matmul", "dnnl_memory_create");
+    }
     if (st == FL_OK) {
         dnnl_exec_arg_t args[5] = { { DNNL_ARG_SRC, mem[0] }, { DNNL_ARG_WEIGHTS, mem[1] }, { DNNL_ARG_DST, mem[2] },
                                     { DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem[3] },
                                     { DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem[4] } };
-        dnnl_status_t s = dnnl_primitive_execute(e->prim, mm.stream, nmem, args);
+        dnnl_status_t s = fl_cpu_dnnl_fail_injected("execute") ? dnnl_out_of_memory
+                                                               : dnnl_primitive_execute(e->prim, mm.stream, nmem, args);
         if (s == dnnl_success) s = dnnl_stream_wait(mm.stream);
-        if (s != dnnl_success) st = FL_ERR(FL_EDEVICE, "oneDNN dnnl_primitive_execute(matmul) failed (status %d)", (int)s);
+        st = fl_cpu_dnnl_status(s, "matmul", "dnnl_primitive_execute");
     }
     for (int i = 0; i < nmem; i++) if (mem[i]) dnnl_memory_destroy(mem[i]);
     return st;

@@ -139,11 +139,13 @@ local function reads_of(f)
   local n, T, C = 0, fp8.Tensor, require("fp8._optim")
   local saved = { item = T.item, tolist = T.tolist, totable = T.totable }
   for k, fn in pairs(saved) do T[k] = function(...) n = n + 1; return fn(...) end end
-  local sumsq = C.sumsq
+  -- (sumsq and, since stop 101, pnorm_total read the total once each, in C)
+  local sumsq, pnorm_total = C.sumsq, C.pnorm_total
   C.sumsq = function(...) n = n + 1; return sumsq(...) end
+  C.pnorm_total = function(...) n = n + 1; return pnorm_total(...) end
   local ok, err = pcall(f)
   for k, fn in pairs(saved) do T[k] = fn end
-  C.sumsq = sumsq
+  C.sumsq, C.pnorm_total = sumsq, pnorm_total
   assert(ok, err)
   return n
 end

@@ -83,26 +83,35 @@ local function all_fp32(tensors)
   for _, g in ipairs(tensors) do if g:dtype() ~= "fp32" then return false end end
   return true
 end
+local function one_device(tensors)
+  local d = tensors[1]:device()
+  for _, g in ipairs(tensors) do if g:device() ~= d then return false end end
+  return true
+end
 -- which(i): how the refusals name tensor i (get_total_norm's "entry 2", clip_grad_norm_'s "the gradient of parameter 3")
 local function total_norm(fname, tensors, p, error_if_nonfinite, which)
+  if p == math.huge then
+    -- the inf norm of an empty tensor has no value (torch 2.15's _foreach_norm refuses it: the operation has no
+    -- identity); amax's own refusal said 'lua/fp8/nn/utils.lua:NN: amax: the reduced range of tensor [0] is empty',
+    -- an op and a line the caller never called (stop 101)
+    for i, g in ipairs(tensors) do
+      if g:numel() == 0 then
+        error(("%s: the inf norm of an empty tensor has no value (the operation has no identity; torch refuses it "
+          .. "too): %s is %s"):format(fname, which(i), g:shape_str()), 3)
+      end
+    end
+  end
   local total
   if #tensors == 0 then
     total = 0.0   -- torch's tensor(0.)
   elseif p == 2 and all_fp32(tensors) then
     total = math.sqrt(require("fp8._optim").sumsq(tensors))
+  elseif all_fp32(tensors) and one_device(tensors) then
+    -- the ops of the loop below, in C (_optim.pnorm_total), without a Lua object and a collected userdata for each
+    -- (stop 101: the loop had made the p = 3 clipping rows 1.6-2x slower in stop 100; the same bits, loose101_spec)
+    total = require("fp8._optim").pnorm_total(tensors, p)
   else
     local norms, dt = {}, nil
-    if p == math.huge then
-      -- the inf norm of an empty tensor has no value (torch 2.15's _foreach_norm refuses it: the operation has no
-      -- identity); amax's own refusal said 'lua/fp8/nn/utils.lua:NN: amax: the reduced range of tensor [0] is empty',
-      -- an op and a line the caller never called (stop 101)
-      for i, g in ipairs(tensors) do
-        if g:numel() == 0 then
-          error(("%s: the inf norm of an empty tensor has no value (the operation has no identity; torch refuses it "
-            .. "too): %s is %s"):format(fname, which(i), g:shape_str()), 3)
-        end
-      end
-    end
     for i, g in ipairs(tensors) do
       local n = norm_value(g, p)
       if i > 1 and n:device() ~= norms[1]:device() then n = n:to(norms[1]:device()) end   -- torch's to(first_device)
