@@ -1,0 +1,67 @@
+-- Found on 2026-12-07 (stop 101): the hostile sweep over stop 100's additions (tests/fuzz/api_sweep.lua, seed 115, ASan +
+-- UBSan) with the values stop 100 found defects with by hand added to its battery (a `__pairs` that never ends or
+-- raises, a lying object, a `__len` that raises or answers NaN or past int64, a `__tostring` that raises, a `__name`
+-- that is not a string, an `__eq` that raises, a userdata of another kind), hostile scripts written by hand over the C
+-- paths stop 100's entries reach (bf16 conv2d on oneDNN, softmax along leading dims, index_select/gather, tanh,
+-- get_total_norm/clip_grad_norm_, the profiler's with_flops), and the command line under Ctrl-C.
+-- docs/robustness.md, "The hostile sweep over stop 100's additions (stop 101)".
+local U = dofile("tests/spec/helpers/util.lua")
+local ends = U.ends   -- a call under a budget of instructions
+
+local function err_of(f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok)
+  return tostring(err)
+end
+
+describe("the clipping functions read the list they are given as it is stored", function()
+  local utils = fp8.nn.utils
+  it("refuse a list whose __len lies, each entry a tensor, instead of looping for ever", function()
+    -- the loop's bound was #list (2^62) and each entry list[i], __index's tensor: it never ended
+    local g = fp8.tensor{3, 4}
+    local t = setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return g end })
+    local ok, e = ends(utils.get_total_norm, t)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("get_total_norm: expected the tensors as a plain list, got a table whose "
+      .. "metatable has __len", 1, true), tostring(e))
+    ok, e = ends(utils.clip_grad_norm_, t, 1)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("clip_grad_norm_: expected the parameters as a plain list, got a table whose "
+      .. "metatable has __len", 1, true), tostring(e))
+  end)
+  it("name themselves where # raises or is NaN (sumsq's refusal at utils.lua's line before)", function()
+    for _, len in ipairs { function() error("hostile __len") end, function() return 0 / 0 end } do
+      local t = setmetatable({ fp8.tensor{3, 4} }, { __len = len })
+      local e = err_of(utils.get_total_norm, t)
+      assert.falsy(e:find("sumsq", 1, true), e)
+      assert.truthy(e:find("get_total_norm: expected the tensors as a plain list", 1, true), e)
+    end
+  end)
+  it("refuse a nil between two parameters (clip_grad_norm_ clipped the ones before it alone)", function()
+    local lin = fp8.nn.Linear(3, 2)
+    lin:forward(fp8.ones{4, 3}):sum():backward()
+    local w, b = lin.weight.grad:clone(), lin.bias.grad:clone()
+    local e = err_of(utils.clip_grad_norm_, { lin.weight, nil, lin.bias }, 1.0)
+    assert.truthy(e:find("clip_grad_norm_: entry 2 must be a tensor, got nil", 1, true), e)
+    -- nothing was scaled
+    assert.are.same(w:tolist(), lin.weight.grad:tolist())
+    assert.are.same(b:tolist(), lin.bias.grad:tolist())
+    e = err_of(utils.clip_grad_norm_, { { params = { lin.weight, 5 } } }, 1.0)
+    assert.truthy(e:find("clip_grad_norm_: entry 1's params[2] must be a tensor, got number", 1, true), e)
+    -- the forms torch takes are unchanged: a list, a Module, parameter groups, one tensor; the same total
+    local total = utils.get_total_norm { w, b }
+    for _, ps in ipairs { { lin.weight, lin.bias }, lin, { { params = { lin.weight, lin.bias } } } } do
+      lin.weight.grad, lin.bias.grad = w:clone(), b:clone()
+      assert.are.equal(total, utils.clip_grad_norm_(ps, 1e9))
+    end
+    assert.are.equal(utils.get_total_norm(w), utils.clip_grad_norm_(lin.weight, 1e9))
+  end)
+  it("refuse an object whose every key is a function, by name ('attempt to index a number value' before)", function()
+    local t = setmetatable({}, { __index = function() return function() return 1 end end })
+    for _, f in ipairs { "clip_grad_norm_", "clip_grad_value_", "parameters_to_vector" } do
+      local e = f == "parameters_to_vector" and err_of(utils[f], t) or err_of(utils[f], t, 1.0)
+      assert.truthy(e:find(f .. ": expected the parameters as a plain list, got a table whose metatable has __index",
+        1, true), e)
+    end
+  end)
+end)
