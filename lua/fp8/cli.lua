@@ -13,9 +13,17 @@ local sys = require "fp8.sys"
 -- A failure with an exit status: 2 for bad usage (flags, values), 1 for everything else.
 local Fail = {}
 local function fail(code, msg) error(setmetatable({ code = code, msg = msg }, Fail), 0) end
--- Calls f(...); a Lua error becomes fail(code, message).
+-- A Ctrl-C's error: the hook's "interrupted!" (Lua code ran when it came) or a C loop's "interrupted" (one Ctrl-C is
+-- one of them since stop 100), after its "chunk:line: " or alone. Until sweep 115 only the hook's was known: a C
+-- loop's came out as a bug's traceback, and one inside try() as a failure naming this file's line.
+local function interrupted(e)
+  return type(e) == "string" and (e:match("^interrupted!?$") or e:match(": interrupted!?$")) ~= nil
+end
+
+-- Calls f(...); a Lua error becomes fail(code, message) (a Ctrl-C stays one).
 local function try(code, f, ...)
   local r = table.pack(pcall(f, ...))
+  if not r[1] and interrupted(r[2]) then error(r[2], 0) end
   if not r[1] then fail(code, tostring(r[2])) end
   return table.unpack(r, 2, r.n)
 end
@@ -765,9 +773,10 @@ function M.main(host, cmd, ...)
   end
   local ok, rc = xpcall(f, function(e)
     if getmetatable(e) == Fail then return e end
-    -- Ctrl-C (main.c's hook raises "interrupted!"): the user's stop, said as a script's is, not a bug's traceback
-    if type(e) == "string" and e:match("interrupted!$") then
-      return setmetatable({ code = 1, msg = "interrupted" }, Fail)
+    -- Ctrl-C: the user's stop, said in one line, not a bug's traceback; status 130, on which main.c ends the process
+    -- by SIGINT, as a script's Ctrl-C (a shell's loop stops there too)
+    if interrupted(e) then
+      return setmetatable({ code = 130, msg = "interrupted" }, Fail)
     end
     return debug.traceback(tostring(e), 2)   -- a bug, not a user error: keep where it happened
   end, host, ...)
