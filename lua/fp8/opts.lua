@@ -250,7 +250,8 @@ function M.check(fname, opts, valid, level)
     error(("%s: options must be a plain table {key=value, ...}, got a kwargs handler (%s)"):format(fname,
       opts.handler_type), level)
   end
-  for k in pairs(opts) do
+  -- raw (next): the names as stored; a __pairs that answered a valid name for ever looped here (sweep 115)
+  for k in next, opts do
     if not has(valid, k) then error(fname .. ": " .. M.unknown_text(k, valid), level) end
   end
   return opts

@@ -112,3 +112,37 @@ describe("Ctrl-C ends a run as a shell expects", function()
     assert.are.equal("fp8lab spin: interrupted\n", err)
   end)
 end)
+
+describe("a caller's table is walked as it is stored, not through its __pairs", function()
+  -- pairs() asks a table's __pairs; one that answers a key for ever (here 1, or a valid option's name) never ended:
+  -- the sweep's new value found every kwargs handler, ModuleList/ModuleDict/Sequential, nn.init's option refusal and
+  -- load_state_dict looping; opts.check the same with a valid name
+  local function endless(k) return setmetatable({}, { __pairs = function(t) return function() return k, 1 end, t, nil end }) end
+  it("the kwargs handlers end, and take the table's stored keys", function()
+    for _, h in ipairs { "AutocastKwargs", "FP8RecipeKwargs", "TERecipeKwargs", "AORecipeKwargs", "MSAMPRecipeKwargs",
+                         "GradScalerKwargs", "DistributedDataParallelKwargs", "InitProcessGroupKwargs", "ProfileKwargs" } do
+      local ok, r = ends(fp8[h], endless(1))
+      assert.is_true(ok, h .. ": " .. tostring(r))
+      local t = setmetatable({ enabled = false }, getmetatable(endless(1)))
+      if h == "AutocastKwargs" then assert.is_false(fp8[h](t).enabled) end
+    end
+    local ok, r = ends(require("fp8.kwargs").resolve, endless("env"))
+    assert.is_true(ok, tostring(r))
+  end)
+  it("the containers, nn.init's refusal, load_state_dict and opts.check end", function()
+    for _, c in ipairs { "ModuleList", "ModuleDict", "Sequential" } do
+      local ok, r = ends(fp8.nn[c], endless(1))
+      assert.is_true(ok, c .. ": " .. tostring(r))
+    end
+    local ok, e = ends(fp8.nn.init.uniform_, fp8.ones{2, 3}, endless(1))
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("uniform_: options are not offered", 1, true), tostring(e))
+    for _, m in ipairs { fp8.nn.Linear(3, 2), fp8.nn.Sequential(fp8.nn.Linear(3, 2)) } do
+      ok, e = ends(m.load_state_dict, m, endless("weight"))
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find("missing key(s) in state_dict", 1, true), tostring(e))
+    end
+    ok, e = ends(require("fp8.opts").check, "f", endless("a"), { "a" })
+    assert.is_true(ok, tostring(e))
+  end)
+end)

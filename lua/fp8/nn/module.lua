@@ -1035,7 +1035,7 @@ function Module:load_state_dict(sd, strict)
         :format(name, shape_str(src), shape_str(dst))
     end
   end
-  for k in pairs(sd) do
+  for k in next, sd do   -- raw: the caller's table as stored (a __pairs that never ends looped, sweep 115)
     if targets[k] == nil and alias_of[k] == nil and not also[k] then unexpected[#unexpected + 1] = tostring(k) end
     if alias_of[k] ~= nil and is_tensor(sd[k]) and shape_str(sd[k]) ~= shape_str(alias_of[k])
       and not tostring(k):match("fp8_state$") then
