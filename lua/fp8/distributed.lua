@@ -65,7 +65,7 @@ end
 local KEY_RANK = { number = 1, string = 2 }
 local function sorted_keys(fname, t)
   local keys = {}
-  for k in pairs(t) do
+  for k in next, t do   -- raw: a __pairs that never ends looped here (acc:gather(t), sweep 115)
     if not KEY_RANK[type(k)] then
       error(("%s: table keys must be numbers or strings (every process walks them in one order), got a %s key")
         :format(fname, type(k)), 0)
@@ -322,7 +322,7 @@ local function all_tensors(x, on_path)
   on_path = on_path or {}
   if on_path[x] then return true end
   on_path[x] = true
-  for _, v in pairs(x) do if not all_tensors(v, on_path) then return false end end
+  for _, v in next, x do if not all_tensors(v, on_path) then return false end end
   on_path[x] = nil
   return true
 end

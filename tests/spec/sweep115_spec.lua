@@ -128,6 +128,10 @@ describe("a caller's table is walked as it is stored, not through its __pairs", 
     end
     local ok, r = ends(require("fp8.kwargs").resolve, endless("env"))
     assert.is_true(ok, tostring(r))
+    -- the collective utilities' walk of a nested table (distributed.lua's sorted_keys)
+    local acc = fp8.Accelerator()
+    ok, r = ends(acc.gather, acc, endless(1))
+    assert.is_true(ok, tostring(r))
   end)
   it("the containers, nn.init's refusal, load_state_dict and opts.check end", function()
     for _, c in ipairs { "ModuleList", "ModuleDict", "Sequential" } do
@@ -144,5 +148,28 @@ describe("a caller's table is walked as it is stored, not through its __pairs", 
     end
     ok, e = ends(require("fp8.opts").check, "f", endless("a"), { "a" })
     assert.is_true(ok, tostring(e))
+  end)
+end)
+
+describe("the sweep's other new values", function()
+  it("a table whose every key is a function is not taken as a method's object", function()
+    -- sweep 114's check asked that self[name] be a function, which this table answers for every name:
+    -- 'lua/fp8/data.lua:634: attempt to index a function value (local 'gs')'
+    local t = setmetatable({}, { __index = function() return function() return 1 end end })
+    assert.truthy(err_of(fp8.Accelerator.gather_for_metrics, t):find("Accelerator:gather_for_metrics: called without "
+      .. "its object (got a table as self)", 1, true))
+    assert.truthy(err_of(fp8.optim.SGD.step, t):find("Optimizer:step: called without its object", 1, true))
+    -- real objects (an __index function that answers nil for a key no class has) are taken
+    local acc = fp8.Accelerator()
+    assert.are.same({ 1, 1 }, acc:gather_for_metrics(fp8.ones{2}):tolist())
+    assert.are.equal(2, #fp8.nn.Linear(2, 3):parameters())
+  end)
+  it("prof_op and trace_path refuse by name (Lua's own errors before)", function()
+    -- 'prof_op.lua:16: attempt to call a nil value (local 'fn')', and '__tostring' must return a string
+    assert.truthy(err_of(require("fp8.prof_op"), "x", nil, nil, nil):find("prof_op: expected the op's function, got nil",
+      1, true))
+    local p = fp8.profiler.profile()
+    assert.truthy(err_of(p.trace_path, p, setmetatable({}, { __tostring = function() return {} end }))
+      :find("trace_path: expected a window number >= 1, got a table", 1, true))
   end)
 end)
