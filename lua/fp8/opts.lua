@@ -137,11 +137,17 @@ end
 -- The lookup must find a function: a table whose __index answers every key (1) passed as an object, and the method
 -- failed inside on its fields ('lua/fp8/data.lua:634: attempt to index a number value (local 'gs')' from
 -- fp8.Accelerator.gather_for_metrics(t), sweep 114).
+-- A table whose lookup answers every key with a function passed too ('lua/fp8/data.lua:634: attempt to index a
+-- function value (local 'gs')' from fp8.Accelerator.gather_for_metrics(t), sweep 115): a key no class has is asked
+-- as well, and an answer there is a lie (an __index that raises on it is a class's own refusal, not a lie).
+local PROBE = "\0fp8.opts: a key no object has"
 local function is_object(self, name)
   if type(self) ~= "table" or getmetatable(self) == nil then return false end
   local f = self[name]
   local mt = type(f) == "table" and getmetatable(f)
-  return type(f) == "function" or (type(mt) == "table" and rawget(mt, "__call") ~= nil)
+  if not (type(f) == "function" or (type(mt) == "table" and rawget(mt, "__call") ~= nil)) then return false end
+  local ok, lie = pcall(function() return self[PROBE] end)
+  return not (ok and lie ~= nil)
 end
 
 -- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a

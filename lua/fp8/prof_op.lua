@@ -12,6 +12,9 @@ local push, pop, set_flops, set_shapes = P.push, P.pop, P.set_flops, P.set_shape
 local unpack = table.unpack
 
 return function(name, flops, inputs, fn, ...)
+  -- (the library's callers give a function; another value failed at the call below with Lua's 'attempt to call a nil
+  -- value (local 'fn')', sweep 115)
+  if type(fn) ~= "function" then error(("prof_op: expected the op's function, got %s"):format(type(fn)), 2) end
   local tok = push(name, "op")
   if tok == 0 then return fn(...) end
   if inputs then set_shapes(tok, inputs.n, unpack(inputs, 1, inputs.n)) end
