@@ -718,13 +718,13 @@ function U:broadcast_object_list(list, from_process)
     error(("rank %d: broadcast_object_list: its list cannot be read back: %s"):format(from_process, tostring(lerr)), 2)
   end
   local items = f()
-  for k in pairs(list) do list[k] = nil end
+  for k in next, list do list[k] = nil end
   table.move(items, 1, #items, 1, list)
   return list
 end
 
 function M.install(Accelerator)
-  for k, f in pairs(U) do Accelerator[k] = f end
+  for k, f in next, U do Accelerator[k] = f end
 end
 
 -- ---- DataLoader sharding ---------------------------------------------------------------------

@@ -163,13 +163,13 @@ local WRAPPED = setmetatable({}, { __mode = "k" })   -- strict_arity's wrappers:
 function M.strict_arity(class, label, name_of)
   -- each function's public names in class (an alias shares its wrapper: acc.clear == acc.free_memory)
   local names = {}
-  for name, f in pairs(class) do
+  for name, f in next, class do
     if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
       names[f] = names[f] or {}
       table.insert(names[f], name)
     end
   end
-  for f, list in pairs(names) do
+  for f, list in next, names do
     table.sort(list)
     local name = list[1]
     local info = debug.getinfo(f, "Su")
@@ -221,7 +221,7 @@ function M.strict_functions(tbl, prefix)
       todo[name] = f
     end
   end
-  for name, f in pairs(todo) do
+  for name, f in next, todo do
     local a = M.arity(f)
     if a then
       local fname, n, takes = (prefix and prefix .. "." or "") .. name, a.n, a.takes
@@ -245,7 +245,7 @@ function M.check(fname, opts, valid, level)
     -- a value where torch takes its next positional argument (F.cross_entropy(x, y, w), F.pad(x, p, "reflect")): the
     -- names the table takes, so the port reads {weight = w}, {mode = "reflect"}
     local names = {}
-    for k, v in pairs(valid) do names[#names + 1] = type(k) == "string" and k or v end
+    for k, v in next, valid do names[#names + 1] = type(k) == "string" and k or v end
     table.sort(names)
     error(("%s: options must be a table {name = value} (torch's later positional arguments go in it by name: %s), "
       .. "got %s"):format(fname, table.concat(names, ", "), M.got(opts)), level)

@@ -7,7 +7,8 @@
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
 --                [--from N] [--values A-B]
---   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
+--   --quick     a seeded random sample of --calls calls (default 50000) of the older values, and of the values added
+--               since sweep 115 as many more as their share (--values below): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
 --   --list      print the enumerated entries (and the kinds of object, with the source that builds each) and exit
 --   --filter P  only the entries whose label (as --list prints it) matches the Lua pattern P (given more than once:

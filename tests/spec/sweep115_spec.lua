@@ -149,6 +149,18 @@ describe("a caller's table is walked as it is stored, not through its __pairs", 
     ok, e = ends(require("fp8.opts").check, "f", endless("a"), { "a" })
     assert.is_true(ok, tostring(e))
   end)
+  it("and the rest of the library too: a loss's, a layer's and an optimizer's options (make test's sample found them)",
+    function()
+      -- the library walks every table raw since this fix (lua/fp8 but the prompt's completion, help and the enums)
+      local ok, r = ends(fp8.nn.MultiLabelMarginLoss, endless("reduction"))
+      assert.is_true(ok, tostring(r))
+      ok, r = ends(fp8.optim.RAdam, fp8.nn.Linear(2, 2):parameters(), endless("lr"))
+      assert.is_true(ok, tostring(r))
+      -- (no size stored: the layer's own refusal, not the budget's)
+      ok, r = ends(fp8.nn.UpsamplingNearest2d, endless("size"))
+      assert.truthy(tostring(r):find("UpsamplingNearest2d: give one of size and scale_factor, got neither", 1, true),
+        tostring(r))
+    end)
 end)
 
 describe("the sweep's other new values", function()
