@@ -54,6 +54,13 @@ extern int luaopen_fp8_core(lua_State *L);
 static lua_State *globalL = NULL;
 static const char *progname = FL_PROGNAME;
 
+/* A Ctrl-C came while Lua ran (laction), and the run ended with its error (ended_by_sigint): fp8lab then ends by
+ * SIGINT itself, as Python does (a shell sees status 130 and the signal). Until sweep 115 it exited 1, which a shell
+ * reads as a program that handled the Ctrl-C and chose to fail: `for f in a b c; do fp8lab train.lua $f; done` went on
+ * to the next run at each Ctrl-C, and a Python loop's the same script stopped at the first. */
+static volatile sig_atomic_t got_sigint = 0;
+static int ended_by_sigint = 0;
+
 /* ---- messages and protected calls ------------------------------------------------------ */
 
 /* One fprintf, so one write to the unbuffered stderr: the lines of two processes of a launch do not interleave
@@ -98,7 +105,9 @@ static int verbose = 0;  /* -v or FP8LAB_VERBOSE=1: full tracebacks for script e
 
 /* Like report, for errors of the user's code (a script, -e): unless verbose, fp8.errfmt.short puts
  * the user's line first and keeps only the user's frames of the traceback. */
+static int interrupted_error(lua_State *L);
 static int report_user(lua_State *L, int status) {
+    if (status != LUA_OK && interrupted_error(L)) ended_by_sigint = 1;
     if (status != LUA_OK && !verbose) errfmt_apply(L, "short");
     return report(L, status);
 }
@@ -149,6 +158,7 @@ static int sent_to_main(int sig) {
 static void laction(int sig) {
     if (sent_to_main(sig)) return;
     signal(sig, SIG_DFL);
+    got_sigint = 1;
     fl_interrupt_set();
     lua_sethook(globalL, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
 }
@@ -189,6 +199,20 @@ static int docall(lua_State *L, int narg, int nres) {
     lua_sethook(L, NULL, 0, 0);  /* a Ctrl-C that landed after the last hook point */
     lua_remove(L, base);
     return status;
+}
+
+/* Whether the error on top of the stack is a Ctrl-C's: one came (got_sigint), and the message's first line ends with
+ * either form, the hook's "interrupted!" or a C loop's "interrupted" (after "chunk:line: " or alone). */
+static int interrupted_error(lua_State *L) {
+    const char *m = got_sigint ? lua_tostring(L, -1) : NULL;
+    if (m == NULL) return 0;
+    size_t n = strcspn(m, "\n");
+    static const char *const forms[] = { "interrupted!", "interrupted" };
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(forms[i]);
+        if (n >= k && memcmp(m + n - k, forms[i], k) == 0 && (n == k || m[n - k - 1] == ' ')) return 1;
+    }
+    return 0;
 }
 
 /* ---- embedded modules ------------------------------------------------------------------ */
@@ -461,9 +485,13 @@ static int run_subcommand(lua_State *L, char **argv, int argc) {
     push_host_info(L);
     luaL_checkstack(L, argc, "too many arguments");
     for (int i = 1; i < argc; i++) lua_pushstring(L, argv[i]);
-    if (report(L, docall(L, argc, 1)) != LUA_OK) return 1;
+    int status = docall(L, argc, 1);
+    if (status != LUA_OK && interrupted_error(L)) ended_by_sigint = 1;
+    if (report(L, status) != LUA_OK) return 1;
     int rc = (int)lua_tointeger(L, -1);
     lua_pop(L, 1);
+    /* fp8.cli.main's status for a Ctrl-C ("fp8lab config: interrupted", reported there) */
+    if (rc == 130 && got_sigint) ended_by_sigint = 1;
     return rc;
 }
 
@@ -913,6 +941,7 @@ static int pmain(lua_State *L) {
     if (!failed && script < argc && handle_script(L, argv, argc, script) != LUA_OK) failed = 1;
     if (failed && !(flags & HAS_I)) { lua_pushinteger(L, 1); return 1; }
     if (flags & HAS_I) {
+        ended_by_sigint = 0;   /* reported, and the prompt follows: its own end is the status */
         rc = repl(L);
         if (failed && rc == 0) rc = 1;
     }
@@ -994,5 +1023,11 @@ int main(int argc, char **argv) {
     int rc = status == LUA_OK ? (int)lua_tointeger(L, -1) : 1;
     if (status != LUA_OK) report(L, status);
     lua_close(L);
+    if (ended_by_sigint) {   /* the run ended by a Ctrl-C: end by SIGINT, as Python does (status 130 in a shell) */
+        fflush(NULL);
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return 130;   /* (SIGINT blocked: a shell's number for it) */
+    }
     return rc;
 }

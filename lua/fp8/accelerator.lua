@@ -364,12 +364,12 @@ local function to_fp32(v, seen)
   if seen[v] then return seen[v] end
   seen[v] = v
   local copy
-  for k, x in pairs(v) do
+  for k, x in next, v do
     local y = to_fp32(x, seen)
     if y ~= x then
       if not copy then
         copy = {}
-        for k2, x2 in pairs(v) do copy[k2] = x2 end
+        for k2, x2 in next, v do copy[k2] = x2 end
         seen[v] = copy
       end
       copy[k] = y

@@ -55,9 +55,9 @@ local function torch_opts(fname, args)
   local o = args.n > 0 and args[args.n] or nil
   if type(o) ~= "table" or getmetatable(o) ~= nil then return end
   local any = false
-  for k in pairs(o) do if TORCH_OPTS[k] then any = true end end
+  for k in next, o do if TORCH_OPTS[k] then any = true end end
   if not any then return end
-  for k in pairs(o) do
+  for k in next, o do
     if not TORCH_OPTS[k] then
       error(("%s: unknown option '%s' beside torch's checkpoint options (use_reentrant, preserve_rng_state, "
         .. "determinism_check, debug, context_fn)"):format(fname, tostring(k)), 3)

@@ -249,7 +249,7 @@ function GradScaler:update(new_scale)
     -- torch asserts this: an update with no step or unscale_ since the last one has no inf check to act on
     -- (it would count a step nobody took as a clean one and grow the scale)
     local checked = false   -- (an optimizer unscaled without a gradient recorded no inf check: torch's rule too)
-    for o in pairs(self._unscaled) do checked = checked or not self._no_grads[o] end
+    for o in next, self._unscaled do checked = checked or not self._no_grads[o] end
     if not checked then
       error("GradScaler:update: no optimizer was stepped or unscaled since the last update() "
         .. "(call scaler:step(optimizer) first; torch: 'No inf checks were recorded prior to update.')", 2)
@@ -299,7 +299,7 @@ function GradScaler:load_state_dict(sd)
   if self.enabled and next(sd) == nil then   -- torch's refusal: the scale would silently stay at init_scale
     error("GradScaler:load_state_dict: the state is empty, possibly because it was saved from a disabled GradScaler", 2)
   end
-  for k, v in pairs(sd) do
+  for k, v in next, sd do
     local rule = SCALER_STATE[k]
     if not rule then
       error(("GradScaler:load_state_dict: unknown key '%s' (valid: %s)"):format(tostring(k),

@@ -407,7 +407,7 @@ function M.Function(def, ...)
     error(("fp8.autograd.Function: expected a table {forward=function(ctx, ...), backward=function(ctx, ...)}, got %s")
       :format(O.got(def)), 2)
   end
-  for k in pairs(def) do
+  for k in next, def do
     if REFUSED[k] then error(("fp8.autograd.Function: %s: %s"):format(tostring(k), REFUSED[k]), 2) end
   end
   O.check("fp8.autograd.Function", def, DEF_KEYS, 2)

@@ -52,7 +52,7 @@ function M.ProjectConfiguration(opts, ...)
   opts = opts or {}
   if type(opts) ~= "table" then error(("ProjectConfiguration: expected an options table, got %s"):format(type(opts)), 2) end
   local named = {}   -- save_on_each_node: accepted when off, refused when set
-  for k, v in pairs(opts) do
+  for k, v in next, opts do
     if k == "save_on_each_node" then
       if v ~= false then error(("ProjectConfiguration: %s is not supported in fp8lab (one node)"):format(k), 2) end
     else
@@ -411,7 +411,7 @@ end
 local function plain(v)
   if type(v) == "table" then
     local out = {}
-    for k, x in pairs(v) do
+    for k, x in next, v do
       local p = plain(x)
       if p ~= nil and (type(k) == "string" or math.type(k) == "integer") then out[k] = p end
     end
@@ -446,7 +446,7 @@ local function custom_state_split(v, i)
     if on_path[x] then error(("save_state: custom object %d: %s holds a table that contains it (a cycle)"):format(i, where(path)), 0) end
     on_path[x] = true
     local out, keys = {}, {}
-    for k in pairs(x) do keys[#keys + 1] = k end
+    for k in next, x do keys[#keys + 1] = k end
     -- in a fixed order, so the tensors' numbers (and the file) are the same every time
     table.sort(keys, function(a, b)
       if type(a) ~= type(b) then return type(a) < type(b) end
@@ -472,7 +472,7 @@ local function custom_state_names(v, out)
   out = out or {}
   if type(v) == "table" then
     if v[TENSOR_KEY] ~= nil then out[tostring(v[TENSOR_KEY])] = type(v.device) == "string" and v.device or "cpu"
-    else for _, x in pairs(v) do custom_state_names(x, out) end end
+    else for _, x in next, v do custom_state_names(x, out) end end
   end
   return out
 end
@@ -481,7 +481,7 @@ end
 local function custom_state_join(v, tensors)
   if type(v) ~= "table" then return v end
   if v[TENSOR_KEY] ~= nil then return tensors[tostring(v[TENSOR_KEY])] end
-  for k, x in pairs(v) do v[k] = custom_state_join(x, tensors) end
+  for k, x in next, v do v[k] = custom_state_join(x, tensors) end
   return v
 end
 
@@ -505,8 +505,8 @@ local function first_difference(a, b, path)
     return nil
   end
   local keys = {}
-  for k in pairs(a) do keys[#keys + 1] = k end
-  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
+  for k in next, a do keys[#keys + 1] = k end
+  for k in next, b do if a[k] == nil then keys[#keys + 1] = k end end
   table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
   for _, k in ipairs(keys) do
     local d = first_difference(a[k], b[k], path .. "." .. tostring(k))
@@ -519,9 +519,9 @@ end
 local function optimizer_to_file(inner)
   local sd = inner:state_dict()
   local tensors, scalars = {}, {}
-  for idx, st in pairs(sd.state) do
+  for idx, st in next, sd.state do
     local sc = {}
-    for k, v in pairs(st) do
+    for k, v in next, st do
       if core.is_tensor(v) then tensors[("state.%d.%s"):format(idx, k)] = v else sc[k] = v end
     end
     scalars[tostring(idx)] = sc
@@ -549,7 +549,7 @@ local function optimizer_from_file(path)
   if type(scalars) ~= "table" then
     error(("load_state: %s: scalars is %s, expected an object of per-parameter states"):format(path, type(scalars)), 0)
   end
-  for idx, sc in pairs(scalars) do
+  for idx, sc in next, scalars do
     local i = math.tointeger(tonumber(idx))
     if not i then error(("load_state: %s: bad state index %s"):format(path, tostring(idx)), 0) end
     if type(sc) ~= "table" then
@@ -557,7 +557,7 @@ local function optimizer_from_file(path)
     end
     state[i] = sc
   end
-  for name, t in pairs(tensors) do
+  for name, t in next, tensors do
     local idx, key = name:match("^state%.(%d+)%.(.+)$")
     if not idx then error(("load_state: %s: unexpected tensor \"%s\""):format(path, name), 0) end
     idx = math.tointeger(tonumber(idx))
@@ -1178,7 +1178,7 @@ function M.install(Accelerator)
           if not okf then error(("load_state: custom object %d: %s"):format(i, unplaced(f)), 0) end
           local tensors, have = {}, {}
           for _, k in ipairs(f:keys()) do have[k] = true end
-          for name, dev in pairs(names) do
+          for name, dev in next, names do
             if not have[name] then
               f:close()
               error(("load_state: %s.json names the tensor \"%s\", which %s.safetensors does not hold"):format(base, name, base), 0)
@@ -1277,7 +1277,7 @@ function M.install(Accelerator)
     -- torchao's dynamically scaled layers carry no state (torchao's Float8Linear has no buffers): the weights load
     -- into a plain model as Accelerate's get_state_dict of an ao model does; te's recipe state stays (TE's _extra_state)
     if self.fp8_backend == "ao" then
-      for k in pairs(sd) do if k:match("fp8_state$") then sd[k] = nil end end
+      for k in next, sd do if k:match("fp8_state$") then sd[k] = nil end end
     end
     return sd
   end
@@ -1318,7 +1318,7 @@ function M.install(Accelerator)
     end
     if self.process_index ~= nil and self.process_index ~= 0 then return nil end
     local sd, out = model:state_dict(), {}
-    for k, t in pairs(sd) do
+    for k, t in next, sd do
       -- derived state left out (as module.lua's fp8_hint classifies it): the FP8 recipe state, and MS-AMP O3's E4M3
       -- weight copy (made again from the fp16 master), so the file loads into a plain model
       if not (k:match("fp8_state$") or k:match("weight_fp8$")) then out[k] = (mode == "dequantize" and t:is_fp8()) and t:dequantize() or t end
@@ -1345,7 +1345,7 @@ function M.install(Accelerator)
       if out[k] ~= nil and not listed[k] then names[#names + 1], listed[k] = k, true end
     end
     local rest = {}   -- (state_dict_keys lists every name; this keeps the file whole if one ever were missed)
-    for k in pairs(out) do if not listed[k] then rest[#rest + 1] = k end end
+    for k in next, out do if not listed[k] then rest[#rest + 1] = k end end
     table.sort(rest)
     table.move(rest, 1, #rest, #names + 1, names)
     local wok, path = pcall(model_files.write, dir, out, names, max_shard, { format = "pt", producer = "fp8lab" })

@@ -13,9 +13,17 @@ local sys = require "fp8.sys"
 -- A failure with an exit status: 2 for bad usage (flags, values), 1 for everything else.
 local Fail = {}
 local function fail(code, msg) error(setmetatable({ code = code, msg = msg }, Fail), 0) end
--- Calls f(...); a Lua error becomes fail(code, message).
+-- A Ctrl-C's error: the hook's "interrupted!" (Lua code ran when it came) or a C loop's "interrupted" (one Ctrl-C is
+-- one of them since stop 100), after its "chunk:line: " or alone. Until sweep 115 only the hook's was known: a C
+-- loop's came out as a bug's traceback, and one inside try() as a failure naming this file's line.
+local function interrupted(e)
+  return type(e) == "string" and (e:match("^interrupted!?$") or e:match(": interrupted!?$")) ~= nil
+end
+
+-- Calls f(...); a Lua error becomes fail(code, message) (a Ctrl-C stays one).
 local function try(code, f, ...)
   local r = table.pack(pcall(f, ...))
+  if not r[1] and interrupted(r[2]) then error(r[2], 0) end
   if not r[1] then fail(code, tostring(r[2])) end
   return table.unpack(r, 2, r.n)
 end
@@ -70,7 +78,7 @@ local function parse_flag(argv, i, extra, cmd)
   local k = BY_FLAG[name]
   if not k and extra[name] == nil then
     local cands = flag_names()
-    for n in pairs(extra) do cands[#cands + 1] = n end
+    for n in next, extra do cands[#cands + 1] = n end
     local best = settings.suggest(name, cands)
     fail(2, ("unknown flag --%s%s (fp8lab %s -h lists them)"):format(typed,
       best and (" (did you mean --" .. best .. "?)") or "", cmd))
@@ -395,8 +403,8 @@ local ACCEL_REFUSED = {
   debug = { false, "Accelerate's debug checks of collectives are not part of fp8lab" },
   downcast_bf16 = { false, "downcasting to bf16 is a TPU feature; fp8lab has none" },
   enable_cpu_affinity = { false, "fp8lab does not pin threads (OMP_PROC_BIND and OMP_PLACES do)" } }
-for k, v in pairs(ACCEL_FLAGS) do LAUNCH_EXTRA[k] = v end
-for k, r in pairs(ACCEL_REFUSED) do LAUNCH_EXTRA[k] = r[1] end
+for k, v in next, ACCEL_FLAGS do LAUNCH_EXTRA[k] = v end
+for k, r in next, ACCEL_REFUSED do LAUNCH_EXTRA[k] = r[1] end
 
 -- The environment those flags set (checked before anything starts).
 local function launch_extra_env(extra)
@@ -410,11 +418,11 @@ local function launch_extra_env(extra)
     end
     env.OMP_NUM_THREADS = tostring(t)
   end
-  for name, r in pairs(ACCEL_REFUSED) do
+  for name, r in next, ACCEL_REFUSED do
     if extra[name] ~= nil then fail(2, ("--%s is not supported: %s"):format(name, r[2])) end
   end
   local names = {}
-  for name in pairs(ACCEL_FLAGS) do if extra[name] ~= nil then names[#names + 1] = name end end
+  for name in next, ACCEL_FLAGS do if extra[name] ~= nil then names[#names + 1] = name end end
   table.sort(names)
   for _, name in ipairs(names) do
     -- checked as the config file's key of that name (one rule for both); a flag alone means true
@@ -578,7 +586,7 @@ local function settings_from(values)
     -- a refused key (enable_fsdp_float8_all_gather) has a default only to describe it; writing it would be refused
     for _, k in ipairs(backend_keys(b)) do if not k.unsupported then s.fp8_config[k.name] = k.default end end
   end
-  for name, v in pairs(values) do
+  for name, v in next, values do
     local k = BY_NAME[name]
     if k.block then s.fp8_config = s.fp8_config or {}; s.fp8_config[name] = v else s[name] = v end
   end
@@ -765,9 +773,10 @@ function M.main(host, cmd, ...)
   end
   local ok, rc = xpcall(f, function(e)
     if getmetatable(e) == Fail then return e end
-    -- Ctrl-C (main.c's hook raises "interrupted!"): the user's stop, said as a script's is, not a bug's traceback
-    if type(e) == "string" and e:match("interrupted!$") then
-      return setmetatable({ code = 1, msg = "interrupted" }, Fail)
+    -- Ctrl-C: the user's stop, said in one line, not a bug's traceback; status 130, on which main.c ends the process
+    -- by SIGINT, as a script's Ctrl-C (a shell's loop stops there too)
+    if interrupted(e) then
+      return setmetatable({ code = 130, msg = "interrupted" }, Fail)
     end
     return debug.traceback(tostring(e), 2)   -- a bug, not a user error: keep where it happened
   end, host, ...)

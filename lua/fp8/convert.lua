@@ -64,7 +64,7 @@ local function carries_more(m)
       end
     end
   end
-  for k in pairs(m) do
+  for k in next, m do
     if type(k) ~= "string" or not (own.fields[k] or k:byte(1) == 95 or k == "training") then
       return ("its field '%s'"):format(tostring(k))
     end
@@ -216,7 +216,7 @@ function M.convert_model(model, opts)
   local ALIAS = { to_transformer_engine = "to_fp8", _convert_linear = "convert_linear", _convert_ln = "convert_ln" }
   local given = opts
   opts = {}
-  for k, v in pairs(given) do
+  for k, v in next, given do
     local canon = ALIAS[k] or k
     if not valid[canon] then
       local near = type(k) == "string" and require("fp8.settings").suggest(k, { "convert_linear", "convert_ln", "filter",

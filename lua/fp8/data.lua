@@ -24,7 +24,7 @@ local function check_keys(fname, opts, valid, level, positional)
   end
   if positional and opts[1] ~= nil then   -- the dataset may come first, unnamed
     local named = {}
-    for k, v in pairs(opts) do if k ~= 1 then named[k] = v end end
+    for k, v in next, opts do if k ~= 1 then named[k] = v end end
     opts = named
   end
   O.check(fname, opts, valid, level + 1)
@@ -113,7 +113,7 @@ local function load_fashion(opts, level)
   local mean, std = 0, 0
   local norm = opts.normalize
   if type(norm) == "table" then   -- {mean, std} or {mean=, std=}: another key, or both forms, would be ignored
-    for k in pairs(norm) do
+    for k in next, norm do
       if k ~= 1 and k ~= 2 and k ~= "mean" and k ~= "std" then
         error(("%s: normalize: unknown key %s (give {mean, std} or {mean=, std=})"):format(fname, tostring(k)), level + 1)
       end
@@ -570,7 +570,7 @@ local function slow_batch(ds, idx)
       if item == nil then error(("DataLoader: the dataset has no item %d (its length says %d)"):format(i, #ds), 0) end
       if type(item) == "table" and getmetatable(item) == nil then
         -- {x, y} or {x}: anything else (a record, a third field) would be dropped silently
-        for k in pairs(item) do
+        for k in next, item do
           if k ~= 1 and k ~= 2 then
             error(("DataLoader: item %d must be {x, y} (or {x}), got a table with the key %s"):format(i, tostring(k)), 0)
           end

@@ -45,7 +45,7 @@ end
 local function field_str(v)
   if type(v) == "table" then
     local t = {}
-    for k, x in pairs(v) do t[#t + 1] = tostring(k) .. "=" .. field_str(x) end
+    for k, x in next, v do t[#t + 1] = tostring(k) .. "=" .. field_str(x) end
     table.sort(t)
     return "{" .. table.concat(t, ", ") .. "}"
   end
@@ -66,7 +66,7 @@ local function describe(model, acc)
   if acc.mixed_precision == "fp8" and type(acc.fp8_recipe) == "table" then
     lines[#lines + 1] = "FP8 backend=" .. tostring(acc.fp8_backend)   -- first: the recipe fields depend on it
     local keys = {}
-    for k in pairs(acc.fp8_recipe) do if k ~= "backend" then keys[#keys + 1] = tostring(k) end end
+    for k in next, acc.fp8_recipe do if k ~= "backend" then keys[#keys + 1] = tostring(k) end end
     table.sort(keys)
     for _, k in ipairs(keys) do lines[#lines + 1] = ("FP8 recipe %s=%s"):format(k, field_str(acc.fp8_recipe[k])) end
   end

@@ -65,7 +65,7 @@ end
 local KEY_RANK = { number = 1, string = 2 }
 local function sorted_keys(fname, t)
   local keys = {}
-  for k in pairs(t) do
+  for k in next, t do   -- raw: a __pairs that never ends looped here (acc:gather(t), sweep 115)
     if not KEY_RANK[type(k)] then
       error(("%s: table keys must be numbers or strings (every process walks them in one order), got a %s key")
         :format(fname, type(k)), 0)
@@ -322,7 +322,7 @@ local function all_tensors(x, on_path)
   on_path = on_path or {}
   if on_path[x] then return true end
   on_path[x] = true
-  for _, v in pairs(x) do if not all_tensors(v, on_path) then return false end end
+  for _, v in next, x do if not all_tensors(v, on_path) then return false end end
   on_path[x] = nil
   return true
 end
@@ -718,13 +718,13 @@ function U:broadcast_object_list(list, from_process)
     error(("rank %d: broadcast_object_list: its list cannot be read back: %s"):format(from_process, tostring(lerr)), 2)
   end
   local items = f()
-  for k in pairs(list) do list[k] = nil end
+  for k in next, list do list[k] = nil end
   table.move(items, 1, #items, 1, list)
   return list
 end
 
 function M.install(Accelerator)
-  for k, f in pairs(U) do Accelerator[k] = f end
+  for k, f in next, U do Accelerator[k] = f end
 end
 
 -- ---- DataLoader sharding ---------------------------------------------------------------------

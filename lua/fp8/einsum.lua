@@ -269,7 +269,7 @@ function M.einsum(eq, ...)
   else
     for k = 1, ell_rank do out_labels[#out_labels + 1] = "." .. k end
     local once = {}
-    for l, c in pairs(count) do if c == 1 and l:sub(1, 1) ~= "." then once[#once + 1] = l end end
+    for l, c in next, count do if c == 1 and l:sub(1, 1) ~= "." then once[#once + 1] = l end end
     table.sort(once, function(p, q) return label_rank(p) < label_rank(q) end)
     for _, l in ipairs(once) do out_labels[#out_labels + 1] = l end
   end
@@ -294,7 +294,7 @@ function M.einsum(eq, ...)
   -- left to right: what the later operands and the output need is kept
   local function needed_after(i)
     local keep = {}
-    for l in pairs(in_out) do keep[l] = true end
+    for l in next, in_out do keep[l] = true end
     for j = i + 1, #xs do for _, l in ipairs(labels[j]) do keep[l] = true end end
     return keep
   end
@@ -302,7 +302,7 @@ function M.einsum(eq, ...)
   for i = 2, #xs do
     local keep = needed_after(i)
     local keep_a, keep_b = {}, {}
-    for l in pairs(keep) do keep_a[l] = true; keep_b[l] = true end
+    for l in next, keep do keep_a[l] = true; keep_b[l] = true end
     for _, l in ipairs(labels[i]) do keep_a[l] = true end
     for _, l in ipairs(cl) do keep_b[l] = true end
     local a, la = sum_out(cur, cl, keep_a)

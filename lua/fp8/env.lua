@@ -36,7 +36,7 @@ M.OTHER = {
 -- known() -> set of every FP8LAB_* name fp8lab reads (the settings' variables and M.OTHER).
 function M.known()
   local set = {}
-  for n in pairs(M.OTHER) do set[n] = true end
+  for n in next, M.OTHER do set[n] = true end
   for _, r in ipairs(require("fp8.settings").list()) do if r.env then set[r.env] = true end end
   return set
 end
@@ -48,7 +48,7 @@ end
 local function names_with(prefix, set)
   if not set then return sys.env_names(prefix) end
   local given = {}
-  for k in pairs(set) do if type(k) == "string" and k:sub(1, #prefix) == prefix then given[#given + 1] = k end end
+  for k in next, set do if type(k) == "string" and k:sub(1, #prefix) == prefix then given[#given + 1] = k end end
   table.sort(given)
   return given
 end
@@ -56,7 +56,7 @@ end
 function M.unknown(set)
   local known = M.known()
   local names = {}
-  for n in pairs(known) do names[#names + 1] = n end
+  for n in next, known do names[#names + 1] = n end
   table.sort(names)
   local given = names_with("FP8LAB_", set)
   local out = {}

@@ -51,10 +51,10 @@ local function recipe_says(who, recipe, level)
   if kwargs.is_handler(recipe) then
     local r = require("fp8.nn.fp8_linear")._as_recipe(recipe, level + 1, who)
     fields.backend = r.backend
-    for k in pairs(recipe:to_kwargs()) do if r[k] ~= nil then fields[k] = r[k] end end
+    for k in next, (recipe:to_kwargs()) do if r[k] ~= nil then fields[k] = r[k] end end
     eval = r.use_autocast_during_eval
   elseif recipe.backend == nil then
-    for k in pairs(recipe) do
+    for k in next, recipe do
       if k ~= "use_autocast_during_eval" then
         error(("%s: a recipe table without a backend takes only use_autocast_during_eval, got the key %s (a recipe "
           .. "table with a backend field, as acc.fp8_recipe, or a recipe kwargs handler says more)"):format(who,
@@ -64,7 +64,7 @@ local function recipe_says(who, recipe, level)
     eval = recipe.use_autocast_during_eval
   else
     local r = require("fp8.nn.fp8_linear")._as_recipe(recipe, level + 1, who)
-    for k, v in pairs(r) do fields[k] = v end
+    for k, v in next, r do fields[k] = v end
     eval = r.use_autocast_during_eval
   end
   fields.use_autocast_during_eval, fields.module_filter_func = nil, nil   -- the wrapper's, and the conversion's
@@ -81,7 +81,7 @@ local function check_layers(who, says, model, level)
   for _, nm in ipairs(model:named_modules()) do
     local lr = rawget(nm[2], "_recipe")
     local fields = lr and require("fp8.kwargs").RECIPE_FIELDS[lr.backend] or {}
-    for k, v in pairs(lr and says.fields or {}) do
+    for k, v in next, (lr and says.fields or {}) do
       local have = lr[k]   -- a recipe table may leave a field out: its default
       if have == nil and k ~= "backend" and fields[k] then have = fields[k].default end
       if not require("fp8.kwargs")._deep_equal(have, v) then

@@ -52,7 +52,7 @@ local function hist(t, fmt, opts, ...)
     if fmt ~= nil and fp8_name(fmt) ~= t:dtype() then
       error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), tostring(fmt)), 2)
     end
-    for k in pairs(opts) do
+    for k in next, opts do
       if k ~= "width" and k ~= "quiet" then
         error(("hist: option '%s' needs a float tensor (this one is already %s)"):format(k, t:dtype()), 2)
       end
@@ -111,7 +111,7 @@ local function hist(t, fmt, opts, ...)
   if sat > 0 then bins[top] = bins[top] - sat; if bins[top] == 0 then bins[top] = nil end end
   local underflow = math.min(st.underflow, zero)
   local lo, hi
-  for p in pairs(bins) do lo = math.min(lo or p, p); hi = math.max(hi or p, p) end
+  for p in next, bins do lo = math.min(lo or p, p); hi = math.max(hi or p, p) end
 
   local h = setmetatable({ format = fmt, n = n, bins = bins, lo = lo, hi = hi, zero = zero - underflow,
     underflow = underflow, subnormal = sub, saturated = sat, overflow = overflow, nan = nan, inf = inf,
@@ -124,7 +124,7 @@ local function hist(t, fmt, opts, ...)
 
   if not opts.quiet then
     local biggest = 1
-    for _, c in pairs(bins) do biggest = math.max(biggest, c) end
+    for _, c in next, bins do biggest = math.max(biggest, c) end
     for _, c in ipairs { h.zero, underflow, sub, sat, inf, nan } do biggest = math.max(biggest, c) end
     local function bar(c)   -- (a nonzero count gets at least one #, unless width=0 asks for no bars)
       return ("#"):rep(c > 0 and width > 0 and math.max(1, math.floor(width * c / biggest + 0.5)) or 0)

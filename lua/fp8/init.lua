@@ -13,7 +13,7 @@ local shapes = require "fp8.tensor_shapes"  -- atleast_2d, rot90, diff, take, kr
 local stats = require "fp8.tensor_stats"    -- median, quantile, cummax, cov, tensordot, ...; cdist, unique, ...
 
 local fp8 = {}
-for k, v in pairs(core) do
+for k, v in next, core do
   if type(k) == "string" and k:sub(1, 1) ~= "_" then fp8[k] = v end
 end
 fp8.stack = tensor_lua.stack   -- fp8.cat's companion (lua/fp8/tensor.lua)
@@ -28,8 +28,8 @@ for _, k in ipairs { "zeros_like", "ones_like", "empty_like", "rand_like", "rand
                      "eye" } do
   fp8[k] = tensor_lua[k]
 end
-for k, f in pairs(shapes) do assert(fp8[k] == nil, k); fp8[k] = f end   -- hstack, vstack, meshgrid, block_diag, ...
-for k, f in pairs(stats) do assert(fp8[k] == nil, k); fp8[k] = f end    -- cdist, searchsorted, bincount, unique, ...
+for k, f in next, shapes do assert(fp8[k] == nil, k); fp8[k] = f end   -- hstack, vstack, meshgrid, block_diag, ...
+for k, f in next, stats do assert(fp8[k] == nil, k); fp8[k] = f end    -- cdist, searchsorted, bincount, unique, ...
 
 -- encode(x, fmt [, {saturate=bool}]): saturate (clamp to ±max) is the default, as training casts do;
 -- {saturate=false} is the IEEE policy (overflow → inf for e5m2, NaN for e4m3).

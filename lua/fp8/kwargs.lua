@@ -51,7 +51,7 @@ local function repr(v, depth)
   local parts, n = {}, rawlen(v)   -- raw: a __len or __index that lies must not loop for ever
   for i = 1, n do parts[i] = repr(rawget(v, i), depth) end
   local keys = {}
-  for k in pairs(v) do
+  for k in next, v do
     if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
   end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
@@ -76,8 +76,8 @@ end
 local function deep_equal(a, b)
   if a == b then return true end
   if type(a) ~= "table" or type(b) ~= "table" or is_handler(a) or is_handler(b) then return false end
-  for k, v in pairs(a) do if not deep_equal(v, b[k]) then return false end end
-  for k in pairs(b) do if a[k] == nil then return false end end
+  for k, v in next, a do if not deep_equal(v, b[k]) then return false end end
+  for k in next, b do if a[k] == nil then return false end end
   return true
 end
 M._deep_equal = deep_equal   -- (fp8_autocast compares a recipe's fields with a layer's)
@@ -86,7 +86,7 @@ M._deep_equal = deep_equal   -- (fp8_autocast compares a recipe's fields with a 
 local function copy(v)
   if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
   local out = {}
-  for k, x in pairs(v) do out[k] = copy(x) end
+  for k, x in next, v do out[k] = copy(x) end
   return out
 end
 
@@ -281,7 +281,7 @@ local function unknown_key_message(cls, k)
   end
   local names = {}
   for _, f in ipairs(cls.field_list) do names[#names + 1] = f.name end
-  for a in pairs(cls.aliases) do names[#names + 1] = a end
+  for a in next, cls.aliases do names[#names + 1] = a end
   table.sort(names)
   local msg = ("%s: unknown key '%s'"):format(cls.handler_type, k)
   local near = nearest(k, names)
@@ -305,8 +305,10 @@ local function build(cls, opts)
   if type(opts) ~= "table" or is_handler(opts) then
     return nil, ("%s: expected an options table {key=value, ...}, got %s"):format(cls.handler_type, got(opts))
   end
+  -- the keys as stored (next, not pairs): every handler looped for ever on a table whose __pairs never ends, each
+  -- key it answered collected (sweep 115); the other walks of a caller's table below are raw for the same reason
   local keys = {}
-  for k in pairs(opts) do keys[#keys + 1] = k end
+  for k in next, opts do keys[#keys + 1] = k end
   table.sort(keys, function(a, b)
     if type(a) ~= type(b) then return type(a) < type(b) end
     return tostring(a) < tostring(b)
@@ -317,7 +319,7 @@ local function build(cls, opts)
     if not canon then return nil, unknown_key_message(cls, k) end
     if given[canon] then
       local names = { canon }
-      for a, c in pairs(cls.aliases) do if c == canon then names[#names + 1] = a end end
+      for a, c in next, cls.aliases do if c == canon then names[#names + 1] = a end end
       table.sort(names)
       return nil, ("%s: %s name the same option; give one"):format(cls.handler_type, "'" .. table.concat(names, "', '") .. "'")
     end
@@ -355,7 +357,7 @@ local function define(name, fields, opts)
   end
   for i, v in ipairs(valid) do
     local al = {}
-    for a, canon in pairs(cls.aliases) do if canon == v then al[#al + 1] = a end end
+    for a, canon in next, cls.aliases do if canon == v then al[#al + 1] = a end end
     table.sort(al)
     if #al > 0 then valid[i] = ("%s (alias %s)"):format(v, table.concat(al, ", ")) end
   end
@@ -472,13 +474,13 @@ local POWER_SGD_OPTIONS = {
   batch_tensors_with_same_shape = Kind.bool,
 }
 local POWER_SGD_NAMES = {}
-for k in pairs(POWER_SGD_OPTIONS) do POWER_SGD_NAMES[#POWER_SGD_NAMES + 1] = k end
+for k in next, POWER_SGD_OPTIONS do POWER_SGD_NAMES[#POWER_SGD_NAMES + 1] = k end
 table.sort(POWER_SGD_NAMES)
 
 local comm_state_kind = { expect = "a table of PowerSGD options", types = { table = true },
   check = function(v)
     local out = {}
-    for k, x in pairs(v) do
+    for k, x in next, v do
       local kind = POWER_SGD_OPTIONS[k]
       if not kind then return false, O.unknown_text(k, POWER_SGD_NAMES, "PowerSGD option") end
       local ok, res = check_field({ kind = kind }, x)
@@ -535,7 +537,7 @@ define("ProfileKwargs", {
     kind = { expect = 'a non-empty list of "cpu", "cuda"', types = { table = true },
              check = function(v)
                local out, seen, n = {}, {}, 0
-               for _ in pairs(v) do n = n + 1 end
+               for _ in next, v do n = n + 1 end
                if n == 0 or n ~= #v then return false end
                for i, a in ipairs(v) do
                  if type(a) ~= "string" then return false end
@@ -556,7 +558,7 @@ define("ProfileKwargs", {
     kind = { expect = "a table {wait=, warmup=, active= [, repeat=, skip_first=, skip_first_wait=]}",
              types = { table = true },
              check = function(v)
-               for k in pairs(v) do
+               for k in next, v do
                  local ok = false
                  for _, s in ipairs(SCHEDULE_KEYS) do ok = ok or k == s end
                  if not ok then return false, O.unknown_text(k, SCHEDULE_KEYS, "key") end
@@ -681,7 +683,7 @@ local function read_config(cfg, notices)
     end
   end
   top[#top + 1] = "fp8_config"
-  for k in pairs(cfg) do   -- a table given as config= is checked as a file is: an unknown key is an error
+  for k in next, cfg do   -- a table given as config= is checked as a file is: an unknown key is an error
     local known = k == "path" or k == "notices"   -- accepted, not offered: a file has no such keys
     for _, n in ipairs(top) do known = known or n == k end
     if not known then fail("%s: %s", where, O.unknown_text(k, top, "key")) end
@@ -690,7 +692,7 @@ local function read_config(cfg, notices)
   if fc ~= nil then
     if type(fc) ~= "table" then fail("%s: fp8_config: expected a table, got %s", where, got(fc)) end
     local keys = {}
-    for k in pairs(fc) do keys[#keys + 1] = k end
+    for k in next, fc do keys[#keys + 1] = k end
     table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
     local seen = {}   -- name -> the key that gave it: an alias beside its name is refused, as in a file
     for _, k in ipairs(keys) do
@@ -717,7 +719,7 @@ local function check_handlers(list, keyname)
   end
   if type(list) ~= "table" then fail("resolve: %s: expected a list of kwargs handlers, got %s", keyname, got(list)) end
   local n = 0
-  for _ in pairs(list) do n = n + 1 end
+  for _ in next, list do n = n + 1 end
   if n ~= #list then fail("resolve: %s: expected a list {h1, h2, ...}, got a table with non-list keys", keyname) end
   local by_type, fp8h, fp8i = {}, nil, nil
   for i, h in ipairs(list) do
@@ -742,7 +744,7 @@ local function check_handlers(list, keyname)
     end
   end
   local out = {}
-  for t, e in pairs(by_type) do out[t] = e.h end
+  for t, e in next, by_type do out[t] = e.h end
   return out, fp8h
 end
 
@@ -754,7 +756,7 @@ local RESOLVE_KEYS = { "mixed_precision", "kwargs_handlers", "kwarg_handlers", "
 local function resolve(opts)
   if opts == nil then opts = {} end
   if type(opts) ~= "table" then fail("resolve: expected an options table, got %s", got(opts)) end
-  for k in pairs(opts) do
+  for k in next, opts do
     local ok = false
     for _, v in ipairs(RESOLVE_KEYS) do ok = ok or k == v end
     if not ok then fail("resolve: %s", O.unknown_text(k, RESOLVE_KEYS, "key")) end
@@ -765,7 +767,7 @@ local function resolve(opts)
   local hkey = opts.kwarg_handlers ~= nil and "kwarg_handlers" or "kwargs_handlers"
   local handlers, fp8h = check_handlers(opts[hkey] or {}, hkey)
   if opts.env ~= nil and type(opts.env) ~= "table" then fail("resolve: env: expected a table, got %s", got(opts.env)) end
-  for k, v in pairs(opts.env or {}) do   -- it stands in for the process environment: names and values are text
+  for k, v in next, opts.env or {} do   -- it stands in for the process environment: names and values are text
     if type(k) ~= "string" then fail("resolve: env: expected variable names as keys, got %s", got(k)) end
     if type(v) ~= "string" then
       fail("resolve: env: %s: expected a string (env= stands in for the process environment), got %s", k, got(v))

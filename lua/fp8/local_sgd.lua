@@ -54,7 +54,7 @@ local function new(opts, ...)
     -- one of this model still open is one never closed (Python's `with` ported as a plain local, no <close>): its
     -- no_sync stays on, so after it every backward kept each process's own gradients and the weights parted,
     -- without the average its close would have made
-    for open in pairs(M._open_set(acc)) do
+    for open in next, (M._open_set(acc)) do
       if open.model == model then
         error("LocalSGD: a LocalSGD of this model is still open (never closed: its no_sync keeps every backward's "
           .. "gradients local until it closes); close it first: `local local_sgd <close> = fp8.LocalSGD{...}` closes "

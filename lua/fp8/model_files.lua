@@ -192,7 +192,7 @@ local function checkpoint_files(path)
   if type(map) ~= "table" or next(map) == nil then fail("%s: expected a weight_map of tensor names to files", index) end
   local folder = index:match("^(.*)/[^/]*$") or "."
   local files, seen = {}, {}
-  for name, file in pairs(map) do
+  for name, file in next, map do
     if type(name) ~= "string" then   -- a JSON list (its keys 1..n): no names
       fail("%s: expected a weight_map of tensor names to files, got a list", index)
     end
@@ -237,13 +237,13 @@ function M.load(model, checkpoint, opts, ...)
     for _, file in ipairs(files) do
       local lok, t = pcall(core.load_file, file)
       if not lok then fail("%s", unplaced(t)) end
-      for k, v in pairs(t) do
+      for k, v in next, t do
         if from[k] then fail("%q is in both %s and %s", k, from[k], file) end
         sd[k], from[k] = v, file
       end
     end
     -- an index that does not describe its files (a stale index, a shard from another save) is refused
-    for name, file in pairs(map or {}) do
+    for name, file in next, (map or {}) do
       local path = join(folder, file)
       local base = name:match("^(.*)_scale_inv$")
       local held = from[name] == path or (base and from[base] == path and sd[base]:is_fp8())

@@ -137,11 +137,17 @@ end
 -- The lookup must find a function: a table whose __index answers every key (1) passed as an object, and the method
 -- failed inside on its fields ('lua/fp8/data.lua:634: attempt to index a number value (local 'gs')' from
 -- fp8.Accelerator.gather_for_metrics(t), sweep 114).
+-- A table whose lookup answers every key with a function passed too ('lua/fp8/data.lua:634: attempt to index a
+-- function value (local 'gs')' from fp8.Accelerator.gather_for_metrics(t), sweep 115): a key no class has is asked
+-- as well, and an answer there is a lie (an __index that raises on it is a class's own refusal, not a lie).
+local PROBE = "\0fp8.opts: a key no object has"
 local function is_object(self, name)
   if type(self) ~= "table" or getmetatable(self) == nil then return false end
   local f = self[name]
   local mt = type(f) == "table" and getmetatable(f)
-  return type(f) == "function" or (type(mt) == "table" and rawget(mt, "__call") ~= nil)
+  if not (type(f) == "function" or (type(mt) == "table" and rawget(mt, "__call") ~= nil)) then return false end
+  local ok, lie = pcall(function() return self[PROBE] end)
+  return not (ok and lie ~= nil)
 end
 
 -- strict_arity(class, label): each public method of `class` (a name not starting with "_") written in Lua with a
@@ -157,13 +163,13 @@ local WRAPPED = setmetatable({}, { __mode = "k" })   -- strict_arity's wrappers:
 function M.strict_arity(class, label, name_of)
   -- each function's public names in class (an alias shares its wrapper: acc.clear == acc.free_memory)
   local names = {}
-  for name, f in pairs(class) do
+  for name, f in next, class do
     if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
       names[f] = names[f] or {}
       table.insert(names[f], name)
     end
   end
-  for f, list in pairs(names) do
+  for f, list in next, names do
     table.sort(list)
     local name = list[1]
     local info = debug.getinfo(f, "Su")
@@ -215,7 +221,7 @@ function M.strict_functions(tbl, prefix)
       todo[name] = f
     end
   end
-  for name, f in pairs(todo) do
+  for name, f in next, todo do
     local a = M.arity(f)
     if a then
       local fname, n, takes = (prefix and prefix .. "." or "") .. name, a.n, a.takes
@@ -308,7 +314,7 @@ function M.check(fname, opts, valid, level)
     -- a value where torch takes its next positional argument (F.cross_entropy(x, y, w), F.pad(x, p, "reflect")): the
     -- names the table takes, so the port reads {weight = w}, {mode = "reflect"}
     local names = {}
-    for k, v in pairs(valid) do names[#names + 1] = type(k) == "string" and k or v end
+    for k, v in next, valid do names[#names + 1] = type(k) == "string" and k or v end
     table.sort(names)
     error(("%s: options must be a table {name = value} (torch's later positional arguments go in it by name: %s), "
       .. "got %s"):format(fname, table.concat(names, ", "), M.got(opts)), level)
@@ -319,7 +325,8 @@ function M.check(fname, opts, valid, level)
     error(("%s: options must be a plain table {key=value, ...}, got a kwargs handler (%s)"):format(fname,
       opts.handler_type), level)
   end
-  for k in pairs(opts) do
+  -- raw (next): the names as stored; a __pairs that answered a valid name for ever looped here (sweep 115)
+  for k in next, opts do
     if not has(valid, k) then error(fname .. ": " .. M.unknown_text(k, valid), level) end
   end
   return opts

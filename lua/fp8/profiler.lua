@@ -196,7 +196,8 @@ end
 function Profiler:trace_path(n)
   check_prof(self, "trace_path")
   if n ~= nil and (math.type(n) ~= "integer" or n < 1) then
-    error(("trace_path: expected a window number >= 1, got %s"):format(tostring(n)), 2)
+    -- (opts.got: tostring ran the value's own __tostring, and one answering a table raised Lua's message, sweep 115)
+    error(("trace_path: expected a window number >= 1, got %s"):format(require("fp8.opts").got(n)), 2)
   end
   local dir = self.options.output_trace_dir
   if not dir then return nil end

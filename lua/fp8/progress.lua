@@ -116,7 +116,7 @@ function Bar:set_postfix(t, v)
   if type(t) == "string" then t = { [t] = v } end
   if type(t) ~= "table" then error(("set_postfix: expected a table {name=value}, got %s"):format(type(t)), 2) end
   local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  for k in next, t do keys[#keys + 1] = tostring(k) end
   table.sort(keys)
   for _, k in ipairs(keys) do
     if self.postfix[k] == nil then self.postfix_order[#self.postfix_order + 1] = k end

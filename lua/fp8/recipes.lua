@@ -9,7 +9,7 @@
 --   NAMED                                   every precision and FP8 recipe under one short name (the scripts' --recipe, --only)
 local M = {}
 for _, mod in ipairs { "fp8.convert", "fp8.fp8_autocast", "fp8.stats" } do
-  for k, v in pairs(require(mod)) do M[k] = v end
+  for k, v in next, (require(mod)) do M[k] = v end
 end
 M.FP8Linear = require "fp8.nn.fp8_linear"
 M.FP8LayerNorm = require "fp8.nn.fp8_layernorm"

@@ -34,7 +34,7 @@ end
 -- history, the update count and the history length (docs/checkpoints.md).
 local function saved_stats(sd, opts)
   local names = {}
-  for k, v in pairs(sd) do
+  for k, v in next, sd do
     if type(k) == "string" and k:match("fp8_state$") and core.is_tensor(v) then names[#names + 1] = k end
   end
   table.sort(names)

@@ -585,14 +585,14 @@ function M.set_printoptions(o, ...)
   no_more("set_printoptions", "({precision=, threshold=, edgeitems=, linewidth=})", ...)
   o = require("fp8.opts").check("set_printoptions", o, PRINT_OPTS)
   local before = {}
-  for k in pairs(PRINT_OPTS) do before[k] = M[k] end
-  for k, v in pairs(o) do
+  for k in next, PRINT_OPTS do before[k] = M[k] end
+  for k, v in next, o do
     local lo, hi = PRINT_OPTS[k][1], PRINT_OPTS[k][2]
     if math.type(v) ~= "integer" or v < lo or v > hi then
       error(("set_printoptions: %s must be an integer in %d..%d, got %s"):format(k, lo, hi, tostring(v)), 2)
     end
   end
-  for k, v in pairs(o) do M[k] = v end
+  for k, v in next, o do M[k] = v end
   return before
 end
 

@@ -387,7 +387,7 @@ function Writer:flush(...)
   check_live(self, "flush")
   O.no_more("SummaryWriter:flush", "no arguments", ...)
   fileio.append(self._path, "", true)
-  for _, p in pairs(self._sub) do fileio.append(p, "", true) end
+  for _, p in next, self._sub do fileio.append(p, "", true) end
 end
 
 -- w:close(): flush, then later adds are refused (a second close does nothing); also a <close> variable's end

@@ -79,7 +79,7 @@ function TensorBoardTracker:store_init_configuration(values)
   check_call(self, "store_init_configuration", values)
   local run = self.writer:add_hparams(values, {})
   local keys = {}
-  for k in pairs(values) do keys[#keys + 1] = k end
+  for k in next, values do keys[#keys + 1] = k end
   table.sort(keys)
   local lines = {}
   for _, k in ipairs(keys) do
@@ -96,7 +96,7 @@ function TensorBoardTracker:log(values, step, kw)
   check_call(self, "log", values)
   kw = O.check("TensorBoardTracker:log", kw, { "walltime" }, 3)
   local keys = {}
-  for k in pairs(values) do keys[#keys + 1] = k end
+  for k in next, values do keys[#keys + 1] = k end
   table.sort(keys)
   -- every value checked before any is written: a bad one part way left the ones before it in the event file, and
   -- the call retried after the fix wrote them twice
@@ -107,7 +107,7 @@ function TensorBoardTracker:log(values, step, kw)
     elseif is_tensor(v) then ok = v:numel() == 1
     elseif type(v) == "table" then
       ok = true
-      for kk, x in pairs(v) do ok = ok and type(kk) == "string" and (type(x) == "number" or type(x) == "boolean") end
+      for kk, x in next, v do ok = ok and type(kk) == "string" and (type(x) == "number" or type(x) == "boolean") end
     end
     if not ok then
       error(("TensorBoardTracker:log: values[%q] must be a number, a boolean, a one-element tensor, a string or a "
@@ -217,7 +217,7 @@ function M._install(Accelerator)
       error(("init_trackers: config must be a table {name = value, ...}, got %s"):format(O.got(config)), 2)
     end
     if config ~= nil then
-      for k, v in pairs(config) do
+      for k, v in next, config do
         if type(k) ~= "string" then
           error(("init_trackers: config's keys must be strings, got %s"):format(O.got(k)), 2)
         end
@@ -261,7 +261,7 @@ function M._install(Accelerator)
     if type(values) ~= "table" or require("fp8.core").is_tensor(values) then
       error(("log: values must be a table {name = value, ...}, got %s"):format(O.got(values)), 2)
     end
-    for k in pairs(values) do
+    for k in next, values do
       if type(k) ~= "string" or k == "" then
         error(("log: values' keys must be non-empty strings, got %s"):format(O.got(k)), 2)
       end

@@ -6,14 +6,17 @@
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
---                [--from N]
---   --quick     a seeded random sample of --calls calls (default 50000): what `make test` runs
+--                [--from N] [--values A-B]
+--   --quick     a seeded random sample of --calls calls (default 50000) of the older values, and of the values added
+--               since sweep 115 as many more as their share (--values below): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
 --   --list      print the enumerated entries (and the kinds of object, with the source that builds each) and exit
 --   --filter P  only the entries whose label (as --list prints it) matches the Lua pattern P (given more than once:
 --               any of them), every form and value of each: a whole sweep of what a change touched
 --   --from N    start at batch N (the batches before it skipped): a long sweep stopped part way resumed where it
 --               stopped, with the same --batch, --filter and --quick/--seed/--calls (its counts are the rest's)
+--   --values A-B only the hostile values numbered A..B (VALUES' order): the values added since sweep 115 (their calls
+--               follow the older values', so the old calls keep their numbers) over the whole API, as --list names them
 --   --messages  also list calls whose error message names neither the function nor the argument
 --   --gc-stress the children run Lua's collector in generational mode with the smallest minor step,
 --               so collections happen inside C functions (finds C code that keeps a pointer into a
@@ -37,6 +40,7 @@ do
     elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" or k == "from" then
       opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
     elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
+    elseif k == "values" then opt.values = arg[i + 1] or error("--values needs a range a-b"); i = i + 1
     elseif k == "filter" then
       opt.filter[#opt.filter + 1] = arg[i + 1] or error("--filter needs a Lua pattern"); i = i + 1
     else error("api_sweep: unknown argument " .. tostring(a)) end
@@ -130,6 +134,26 @@ local VALUES = {
   "fp8.tensor{{60000, -65504, 6e-8}, {1e-7, 0, -1}}:to('fp16')",
   "fp8.tensor{{3e38, -3.38e38, 1e-38}, {9.2e-41, 0, -1}}:to('bf16')",
 }
+-- (sweep 115) the metamethods that found defects by hand in stop 100 and no value above had: `__pairs` that never
+-- ends or raises, a lying object whose every key is a function (strict_arity's object check takes it since sweep 114),
+-- `__len` that raises or answers NaN, a float past int64 or math.mininteger, `__tostring` that raises or answers a
+-- table, `__name` that is not a string, `__eq`/`__lt`/`__le` that raise, and a userdata of another kind (a tensor's
+-- hook handle). Appended after the older values and their calls (N_VALUES0, below), so the old calls keep their
+-- numbers, batches and --quick sample.
+local N_VALUES0 = #VALUES
+for _, v in ipairs {
+  "setmetatable({}, {__pairs = function(t) return function() return 1, 1 end, t, nil end, __len = function() return 2 end})",
+  "setmetatable({1, 2}, {__pairs = function() error('hostile __pairs') end})",
+  "setmetatable({}, {__index = function() return function() return 1 end end, __len = function() return 3 end})",
+  "setmetatable({1, 2}, {__len = function() error('hostile __len') end})",
+  "setmetatable({1, 2}, {__len = function() return 0/0 end})",
+  "setmetatable({1, 2}, {__len = function() return 2^63 end, __index = function() return 1 end})",
+  "setmetatable({1, 2}, {__len = function() return math.mininteger end})",
+  "setmetatable({}, {__tostring = function() error('hostile __tostring') end, __name = 'hostile'})",
+  "setmetatable({}, {__tostring = function() return {} end, __name = {}})",
+  "setmetatable({1}, {__eq = function() error('hostile __eq') end, __lt = function() error('hostile __lt') end, __le = function() error('hostile __le') end})",
+  "fp8.ones{2}:requires_grad(true):register_hook(function() end)",
+} do VALUES[#VALUES + 1] = v end
 -- Globals the values above use, defined in the children's environment (and in a reproducer that needs them). O
 -- and T are the call's object and tensor argument. RELEASE frees them (t:free(), or close(); a table's tensor
 -- fields too), only while the call runs (IN_CALL), so each call starts with live ones, and once at a time (O.free
@@ -890,15 +914,32 @@ local function parent()
     for i, inst in ipairs(insts) do print("kind", i, inst.name, inst.src) end
     local n = 0
     for _, e in ipairs(entries) do n = n + #forms(e) * #VALUES end
-    print(("%d entries over %d kinds of object, %d calls (%d values)"):format(#entries, #insts, n, #VALUES))
+    print(("%d entries over %d kinds of object, %d calls (%d values; values %d-%d, since sweep 115, from call %d: "
+      .. "batch %d of --batch %d)"):format(#entries, #insts, n, #VALUES, N_VALUES0 + 1, #VALUES,
+      n * N_VALUES0 // #VALUES + 1, n * N_VALUES0 // #VALUES // opt.batch + 1, opt.batch))
     return 0
   end
   -- the call list
+  -- (sweep 115) the older values' calls first (numbered as before), then the values added since (N_VALUES0)
   local calls = {}
-  for ei, e in ipairs(entries) do
-    for fi = 1, #forms(e) do
-      for vi = 1, #VALUES do calls[#calls + 1] = { #calls + 1, ei, fi, vi } end
+  for _, range in ipairs { { 1, N_VALUES0 }, { N_VALUES0 + 1, #VALUES } } do
+    for ei, e in ipairs(entries) do
+      for fi = 1, #forms(e) do
+        for vi = range[1], range[2] do calls[#calls + 1] = { #calls + 1, ei, fi, vi } end
+      end
     end
+  end
+  if opt.values then
+    -- (sweep 115) only the values numbered a..b (--values a-b): the values added since N_VALUES0 over the whole API
+    local a, b = opt.values:match("^(%d+)%-(%d+)$")
+    a, b = tonumber(a), tonumber(b)
+    if not a or a < 1 or b > #VALUES or a > b then
+      io.stderr:write(("api_sweep: --values expects a-b within 1-%d, got %s\n"):format(#VALUES, opt.values))
+      os.exit(2)
+    end
+    local keep = {}
+    for _, c in ipairs(calls) do if c[4] >= a and c[4] <= b then keep[#keep + 1] = c end end
+    calls = keep
   end
   if #opt.filter > 0 then
     -- (sweep 111) matched once an entry, not once a call: 570 patterns over the 1.45M calls took minutes
@@ -912,19 +953,32 @@ local function parent()
   end
   local total = #calls
   if opt.quick and opt.calls < #calls then
-    -- seeded sample: every entry at least once (its first form, a value chosen by the seed), the rest random
+    -- seeded sample: every entry at least once (its first form, a value chosen by the seed), the rest random.
+    -- (sweep 115) Drawn first from the older values' calls as before (the same seed, the same calls), then from the
+    -- newer values' calls in their proportion (--calls 50000: about 6,700 more), each entry once at least there too
     math.randomseed(opt.seed)
+    local old, new = {}, {}
+    for _, c in ipairs(calls) do local l = c[4] > N_VALUES0 and new or old; l[#l + 1] = c end
     local pick, chosen = {}, {}
-    local by_entry = {}
-    for _, c in ipairs(calls) do by_entry[c[2]] = by_entry[c[2]] or {}; table.insert(by_entry[c[2]], c) end
-    for ei = 1, #entries do
-      local list = by_entry[ei]
-      if list then local c = list[math.random(#list)]; if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end end
+    local function sample(list, want)
+      if want >= #list then
+        for _, c in ipairs(list) do if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end end
+        return
+      end
+      local n0 = #pick
+      local by_entry = {}
+      for _, c in ipairs(list) do by_entry[c[2]] = by_entry[c[2]] or {}; table.insert(by_entry[c[2]], c) end
+      for ei = 1, #entries do
+        local l = by_entry[ei]
+        if l then local c = l[math.random(#l)]; if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end end
+      end
+      while #pick - n0 < want do
+        local c = list[math.random(#list)]
+        if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end
+      end
     end
-    while #pick < opt.calls do
-      local c = calls[math.random(#calls)]
-      if not chosen[c[1]] then chosen[c[1]] = true; pick[#pick + 1] = c end
-    end
+    if #old > 0 then sample(old, opt.calls) end
+    if #new > 0 then sample(new, #old > 0 and math.ceil(opt.calls * #new / #old) or opt.calls) end
     table.sort(pick, function(a, b) return a[1] < b[1] end)
     calls = pick
   end

@@ -21,7 +21,7 @@ local function sizes(fname, dims, output_size, xb)
   if math.type(output_size) == "integer" then
     for i = 1, dims do out[i] = output_size end
   elseif type(output_size) == "table" and getmetatable(output_size) == nil then
-    for k in pairs(output_size) do
+    for k in next, output_size do
       if math.type(k) ~= "integer" or k < 1 or k > dims then
         error(("%s: output_size must be an integer or a list of %d (nil keeps the input's size), got %s"):format(
           fname, dims, O.got(output_size)), 0)
@@ -99,7 +99,7 @@ local function class(name, fn, dims, is_max)
             name, dims, O.got(output_size)), 0)
         end
         local copy = {}
-        for k, v in pairs(output_size) do copy[k] = v end
+        for k, v in next, output_size do copy[k] = v end
         output_size = copy
       end
       sizes(name, dims, output_size, fp8.zeros(dims == 2 and { 1, 1, 1, 1 } or { 1, 1, 1 }))

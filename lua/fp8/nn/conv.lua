@@ -493,7 +493,7 @@ local function pool_class(name, fn, valid, dims, is_max)
   end
   cls._call_opts = function(self)
     local o = {}
-    for k, v in pairs(self.opts) do if k ~= "kernel_size" then o[k] = v end end
+    for k, v in next, self.opts do if k ~= "kernel_size" then o[k] = v end end
     return o
   end
   cls.forward = function(self, x) return fn(x, self.kernel_size, self:_call_opts()) end
@@ -501,7 +501,7 @@ local function pool_class(name, fn, valid, dims, is_max)
     local s = repr_field
     local parts = { "kernel_size=" .. s(self.kernel_size) }
     local keys = {}
-    for k in pairs(self.opts) do if k ~= "kernel_size" then keys[#keys + 1] = k end end
+    for k in next, self.opts do if k ~= "kernel_size" then keys[#keys + 1] = k end end
     table.sort(keys)
     for _, k in ipairs(keys) do parts[#parts + 1] = ("%s=%s"):format(k, s(self.opts[k])) end
     return table.concat(parts, ", ")

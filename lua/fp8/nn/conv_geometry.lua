@@ -77,7 +77,7 @@ end
 -- value allowed, why others are not}
 function G.opts_of(fname, opts, valid, refused)
   if refused then
-    for k, why in pairs(refused) do
+    for k, why in next, refused do
       if type(opts) == "table" and rawget(opts, k) ~= nil and rawget(opts, k) ~= why[1] then
         error(("%s: %s=%s is not supported (%s)"):format(fname, k, tostring(rawget(opts, k)), why[2]), 0)
       end

@@ -59,12 +59,12 @@ function FP8Linear._as_recipe(r, level, who)
   if not fields then
     error(("%s: recipe.backend must be one of te, ao, msamp, got %s"):format(who, O.got(r.backend)), level + 1)
   end
-  for k in pairs(r) do
+  for k in next, r do
     if k ~= "backend" and not (type(k) == "string" and fields[k]) then
       local names = {}
       for i, f in ipairs(fields) do names[i] = f.name end
       local other
-      for b, fs in pairs(kwargs.RECIPE_FIELDS) do if b ~= r.backend and type(k) == "string" and fs[k] then other = b end end
+      for b, fs in next, kwargs.RECIPE_FIELDS do if b ~= r.backend and type(k) == "string" and fs[k] then other = b end end
       error(("%s: the %s recipe has no field %s%s (its fields: backend, %s)"):format(who, r.backend,
         type(k) == "string" and ("'" .. k .. "'") or tostring(k), other and (" (it is the " .. other .. " recipe's)")
         or "", table.concat(names, ", ")), level + 1)

@@ -520,7 +520,7 @@ function F.cross_entropy(logits, targets, opts, ...)
     local o = opts
     if o.reduction ~= nil then   -- the core's option table takes no reduction: a copy without it
       o = {}
-      for k, v in pairs(opts) do if k ~= "reduction" then o[k] = v end end
+      for k, v in next, opts do if k ~= "reduction" then o[k] = v end end
     end
     return (at_caller(pcall(core().cross_entropy, logits, targets, o)))
   end
@@ -1297,7 +1297,7 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
       return t:reshape { -1, t:size(r - 2), t:size(r - 1), t:size(r) }
     end
     local o = {}
-    for key, val in pairs(opts) do o[key] = val end
+    for key, val in next, opts do o[key] = val end
     if mask ~= nil then
       check_tensor(N, "attn_mask", mask)
       if r == 3 then

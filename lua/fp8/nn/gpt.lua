@@ -48,7 +48,7 @@ function GPT:__init(cfg)
     error(("GPT: n_embd (%d) must be divisible by n_head (%d)"):format(cfg.n_embd, cfg.n_head), 3)
   end
   local c = {}
-  for k, v in pairs(cfg) do c[k] = v end
+  for k, v in next, cfg do c[k] = v end
   c.dropout = c.dropout or 0
   self.config = c
   self.wte = Embedding(c.vocab_size, c.n_embd)

@@ -43,7 +43,7 @@ local DRAWS = { normal = true, normal_ = true, uniform = true, uniform_ = true, 
 local function no_options(fname, v, level)
   if type(v) ~= "table" or fp8.is_tensor(v) then return end
   local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  for k in next, v do keys[#keys + 1] = tostring(k) end   -- raw: a __pairs that never ends looped (sweep 115)
   table.sort(keys)
   local what = PARAMS[fname] or "the arguments"
   error(("%s: options are not offered (got a table {%s}): give %s as %s%s"):format(fname,

@@ -35,7 +35,7 @@ local function loss_class(name, fn, valid, reductions, nargs)
   end
   cls.extra_repr = function(self)
     local keys, parts = {}, {}
-    for k in pairs(self.opts) do keys[#keys + 1] = k end
+    for k in next, self.opts do keys[#keys + 1] = k end
     table.sort(keys)
     for _, k in ipairs(keys) do parts[#parts + 1] = ("%s=%s"):format(k, tostring(self.opts[k])) end
     return table.concat(parts, ", ")

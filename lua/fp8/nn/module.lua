@@ -870,7 +870,7 @@ local WHY_NOT = {
   bfloat16 = "lower precision comes from fp8.amp, acc:autocast or an FP8 recipe",
   double = "fp8lab has no float64 tensors",
 }
-for name, why in pairs(WHY_NOT) do
+for name, why in next, WHY_NOT do
   Module[name] = function(self)
     error(("%s: a module's parameters keep their dtype (torch's m.%s() is not offered: %s)"):format(name, name, why), 2)
   end
@@ -1035,7 +1035,7 @@ function Module:load_state_dict(sd, strict)
         :format(name, shape_str(src), shape_str(dst))
     end
   end
-  for k in pairs(sd) do
+  for k in next, sd do   -- raw: the caller's table as stored (a __pairs that never ends looped, sweep 115)
     if targets[k] == nil and alias_of[k] == nil and not also[k] then unexpected[#unexpected + 1] = tostring(k) end
     if alias_of[k] ~= nil and is_tensor(sd[k]) and shape_str(sd[k]) ~= shape_str(alias_of[k])
       and not tostring(k):match("fp8_state$") then
@@ -1059,7 +1059,7 @@ function Module:load_state_dict(sd, strict)
         dst:dtype(), src:dtype())
     end
   end
-  for name, dst in pairs(targets) do check_fp8(name, dst) end
+  for name, dst in next, targets do check_fp8(name, dst) end
   for _, a in ipairs(aliases) do check_fp8(a[1], a[2]) end
   -- Modules with state beyond tensors (FP8 recipe state) check theirs before anything is written.
   if #problems == 0 then
@@ -1085,7 +1085,7 @@ function Module:load_state_dict(sd, strict)
       end
     end
   end
-  for name, dst in pairs(targets) do copy_into(name, dst) end
+  for name, dst in next, targets do copy_into(name, dst) end
   for _, a in ipairs(aliases) do copy_into(a[1], a[2]) end   -- after the first names: the last one wins, as torch's
   local fitted, first = 0, nil   -- FP8 layers whose saved amax histories had another length (strict=false)
   for _, nm in ipairs(self:named_modules()) do

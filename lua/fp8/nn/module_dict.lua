@@ -30,14 +30,14 @@ local function entries(fname, t, level)
       end
       out[i] = { e[1], e[2] }
     end
-    for k in pairs(t) do
+    for k in next, t do   -- raw, as below: a __pairs that never ends looped here (sweep 115)
       if math.type(k) ~= "integer" or k < 1 or k > #out then
         error(("%s: a list of {name, module} pairs has no key %s (give a table by name or a list, not both)")
           :format(fname, O.got(k)), level)
       end
     end
   else
-    for k, v in pairs(t) do out[#out + 1] = { k, v } end
+    for k, v in next, t do out[#out + 1] = { k, v } end
     for _, e in ipairs(out) do
       if type(e[1]) ~= "string" then error(("%s: names must be strings, got %s"):format(fname, O.got(e[1])), level) end
     end

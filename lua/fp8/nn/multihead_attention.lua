@@ -124,7 +124,7 @@ function MHA:forward(query, key, value, opts, ...)
       .. "is_causal=}, got %s"):format(O.got(opts)), 0)
   end
   opts = opts or {}
-  for k in pairs(opts) do
+  for k in next, opts do
     if not FORWARD_SET[k] then error(O.unknown_text(k, FORWARD_OPTS), 0) end
   end
   for _, k in ipairs { "need_weights", "average_attn_weights", "is_causal" } do

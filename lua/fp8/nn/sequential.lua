@@ -12,7 +12,7 @@ function Sequential:__init(...)
   local layers, n = { ... }, select("#", ...)
   if n == 1 and type(layers[1]) == "table" and not Module.is_module(layers[1]) then
     layers, n = layers[1], 0
-    for k in pairs(layers) do
+    for k in next, layers do   -- raw: a __pairs answering 1 for ever looped here (ModuleList too, sweep 115)
       if math.type(k) ~= "integer" or k < 1 then
         error(("%s: expected a list of modules, got key %s"):format(T(self), tostring(k)), 3)
       end
@@ -60,7 +60,7 @@ local function layers_of(fname, v)
     error(("%s: expected a list of Modules or a Sequential, got %s"):format(fname, O.got(v)), 3)
   end
   local n = 0
-  for k in pairs(v) do
+  for k in next, v do
     if math.type(k) ~= "integer" or k < 1 then
       error(("%s: expected a list of Modules, got key %s"):format(fname, O.got(k)), 3)
     end

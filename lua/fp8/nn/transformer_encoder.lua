@@ -108,7 +108,7 @@ function M._forward_opts(opts, names)
   opts = opts or {}
   local valid = {}
   for _, k in ipairs(names) do valid[k] = true end
-  for k in pairs(opts) do
+  for k in next, opts do
     if not valid[k] then error(O.unknown_text(k, names), 0) end
   end
   for _, k in ipairs(names) do

@@ -221,7 +221,7 @@ local function impl_interpolate(x, o, more, ...)
   if math.type(o) == "integer" or (type(o) == "table" and getmetatable(o) == nil and rawget(o, 1) ~= nil) then
     local opts = O.check("interpolate", more, { "mode", "align_corners", "antialias" })
     local copy = { size = o }
-    for key, v in pairs(opts) do copy[key] = v end
+    for key, v in next, opts do copy[key] = v end
     o = copy
   elseif more ~= nil then
     error(("interpolate: takes (input, size [, options]) or (input, options), got a third argument %s"):format(
@@ -310,7 +310,7 @@ local function upsample_class(name, fixed)
       if fixed then
         o = O.check(name, o, { "size", "scale_factor" })
         local copy = { mode = fixed.mode, align_corners = fixed.align_corners }
-        for key, v in pairs(o) do copy[key] = v end
+        for key, v in next, o do copy[key] = v end
         o = copy
       else
         if o == nil or type(o) ~= "table" or getmetatable(o) ~= nil or rawget(o, 1) ~= nil then

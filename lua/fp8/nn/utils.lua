@@ -5,9 +5,27 @@ local fp8 = require "fp8.core"   -- the C half only, so loading never recurses i
 
 local M = {}
 
+-- The length of a list the caller gave (of tensors, or of parameter groups), read raw: keys 1..n and nothing else (a
+-- nil between two tensors is an entry, refused by the caller's check). A table whose metatable answers # or its keys
+-- is refused: its __len was the loop's bound and its __index each entry, so one that lied (2^62 entries each a
+-- tensor) looped for ever, and one whose # raised or was NaN reached sumsq's own refusal at this file's line
+-- (sweep 115); ipairs stopped at a hole, so clip_grad_norm_({w, nil, b}, 1) clipped w alone and returned w's norm
+local function plain_list(fname, what, t, level)
+  local mt = getmetatable(t)
+  if mt ~= nil and (type(mt) ~= "table" or rawget(mt, "__len") ~= nil or rawget(mt, "__index") ~= nil) then
+    error(("%s: expected %s as a plain list, got a table whose metatable has %s (its entries are read as they are "
+      .. "stored)"):format(fname, what, type(mt) ~= "table" and "__metatable"
+      or rawget(mt, "__len") ~= nil and "__len" or "__index"), level + 1)
+  end
+  require("fp8.opts").check_list(fname, what, t, level + 2)
+  return rawlen(t)
+end
+
 -- Accepts a list of tensors, a Module, or optimizer-style groups ({params = {...}}).
 local function param_list(params, fname)
-  if type(params) == "table" and params.parameters and type(params.parameters) == "function" then
+  -- a Module by its class (a table whose __index answers every key passed `params.parameters` and its list was the
+  -- function's result: 'attempt to index a number value', sweep 115)
+  if type(params) == "table" and require("fp8.nn").isinstance(params, require("fp8.nn").Module) then
     return params:parameters()
   end
   if fp8.is_tensor(params) then params = { params } end
@@ -15,9 +33,20 @@ local function param_list(params, fname)
     error(("%s: expected a list of tensors or a Module, got %s"):format(fname, type(params)), 3)
   end
   local out = {}
-  for i, p in ipairs(params) do
-    if type(p) == "table" and p.params then
-      for _, q in ipairs(p.params) do out[#out + 1] = q end
+  for i = 1, plain_list(fname, "the parameters", params, 3) do
+    local p = rawget(params, i)
+    local group = type(p) == "table" and rawget(p, "params")
+    if group then
+      if type(group) ~= "table" then
+        error(("%s: entry %d's params must be a list of tensors, got %s"):format(fname, i, type(group)), 3)
+      end
+      for j = 1, plain_list(fname, ("entry %d's params"):format(i), group, 3) do
+        local q = rawget(group, j)
+        if not fp8.is_tensor(q) then
+          error(("%s: entry %d's params[%d] must be a tensor, got %s"):format(fname, i, j, type(q)), 3)
+        end
+        out[#out + 1] = q
+      end
     elseif fp8.is_tensor(p) then
       out[#out + 1] = p
     else
@@ -202,7 +231,7 @@ function M.get_total_norm(tensors, norm_type, error_if_nonfinite, ...)
     error(("get_total_norm: expected a tensor or a list of tensors, got %s"):format(require("fp8.opts").got(tensors)),
       2)
   end
-  for i = 1, #list do
+  for i = 1, plain_list("get_total_norm", "the tensors", list, 2) do
     if not fp8.is_tensor(list[i]) then
       error(("get_total_norm: entry %d must be a tensor, got %s"):format(i, require("fp8.opts").got(list[i])), 2)
     end

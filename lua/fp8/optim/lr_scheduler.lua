@@ -136,7 +136,7 @@ local SETTINGS_OF = {
   get_polynomial_decay_schedule_with_warmup = TRANSFORMERS,
   get_cosine_with_hard_restarts_schedule_with_warmup = TRANSFORMERS, get_inverse_sqrt_schedule = TRANSFORMERS,
 }
-for name, list in pairs(SETTINGS_OF) do
+for name, list in next, SETTINGS_OF do
   local set = {}
   for k in list:gmatch("%S+") do set[k] = true end
   SETTINGS_OF[name] = set
@@ -162,10 +162,10 @@ function Scheduler.__index(t, k)
     -- a copy (OneCycleLR's phases: each one's too): a list read and written into (sched.milestones[1] = 9) would
     -- change what the scheduler shows and load_state_dict compares, not its schedule
     local out = {}
-    for key, x in pairs(v) do
+    for key, x in next, v do
       if type(x) == "table" then
         local c = {}
-        for kk, xx in pairs(x) do c[kk] = xx end
+        for kk, xx in next, x do c[kk] = xx end
         x = c
       end
       out[key] = x
@@ -196,7 +196,7 @@ Scheduler.__name = "optim.lr_scheduler"   -- help(sched) finds the schedulers' e
 -- groups' initial_lr when it runs the schedule from step 0, as torch's recursive steps do).
 local function chain(settings)
   local f = { _chainable = true }
-  for k, v in pairs(settings) do f[k] = v end
+  for k, v in next, settings do f[k] = v end
   return f
 end
 
@@ -216,7 +216,7 @@ local function new(name, opt, lr_fn, last_epoch, fractional, after_step, fields)
   check_opt(name, opt)
   local self = setmetatable({ name = name, optimizer = opt, _lr_fn = lr_fn, base_lrs = {},
     _fractional = fractional or nil, _after_step = after_step }, Scheduler)
-  for k, v in pairs(fields or {}) do
+  for k, v in next, (fields or {}) do
     if settings_of(self)[k] then   -- shown, not written (Scheduler.__newindex)
       local st = rawget(self, "_settings") or {}
       st[k] = v
@@ -672,7 +672,7 @@ end
 -- this scheduler's value of one (a SequentialLR's milestones: torch's key _milestones)
 function setting_keys(self)
   local keys = {}
-  for k in pairs(settings_of(self)) do if not POSITION[k] then keys[#keys + 1] = k end end
+  for k in next, (settings_of(self)) do if not POSITION[k] then keys[#keys + 1] = k end end
   if rawget(self, "_member_at") then keys[#keys + 1] = "_milestones" end
   table.sort(keys)
   return keys, function(k) if k == "_milestones" then return rawget(self, k) end return self[k] end
@@ -1873,7 +1873,7 @@ function Plateau:state_dict()
   -- torch's keys for the settings too (stop 99), at its top level: load_state_dict compares them there
   -- (min_lrs a fresh list of numbers; the others, scalars, only where JSON can hold them: a table written there by
   -- hand whose length lies hung state_dict, sweep seed 1 of stop 99, and sweep 112)
-  for k, v in pairs(sd.settings) do
+  for k, v in next, sd.settings do
     if k == "min_lrs" then sd[k] = table.move(v, 1, rawlen(v), 1, {})
     elseif type(v) ~= "table" and storable(v) then sd[k] = v end
   end
@@ -2030,7 +2030,7 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   local N = "get_scheduler"
   O.no_more(N, "(name, opt [, num_warmup_steps [, num_training_steps [, scheduler_specific_kwargs]]])", ...)
   local names = { "reduce_lr_on_plateau" }
-  for k in pairs(BY_NAME) do names[#names + 1] = k end
+  for k in next, BY_NAME do names[#names + 1] = k end
   table.sort(names)
   local plateau = name == "reduce_lr_on_plateau"
   if not plateau and (type(name) ~= "string" or not BY_NAME[name]) then
@@ -2083,7 +2083,7 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   end
   local args = { num_warmup_steps = o.num_warmup_steps }
   if needs == 2 then args.num_training_steps = o.num_training_steps end
-  for k, v in pairs(kw) do
+  for k, v in next, kw do
     if args[k] ~= nil then
       error(("get_scheduler: scheduler_specific_kwargs repeats '%s'"):format(tostring(k)), 2)
     end

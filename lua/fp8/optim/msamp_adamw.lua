@@ -64,14 +64,14 @@ function MSAMPAdamW.from_adamw(opt, extra)
     local c = {}
     -- initial_lr: a scheduler's mark, not an option; decoupled_weight_decay: an Adam's, whose true is this step's
     -- decay (the Accelerator refuses an Adam's L2 decay before it gets here)
-    for k, v in pairs(g) do if k ~= "initial_lr" and k ~= "decoupled_weight_decay" then c[k] = v end end
+    for k, v in next, g do if k ~= "initial_lr" and k ~= "decoupled_weight_decay" then c[k] = v end end
     groups[i] = c
   end
   local o = MSAMPAdamW.new(groups, {})
   -- the same group tables as the AdamW it replaces (validated above), so a scheduler made before
   -- Accelerator:prepare still sets the learning rate this optimizer reads
   for i, g in ipairs(opt.param_groups) do
-    for k, v in pairs(o.param_groups[i]) do if g[k] == nil then g[k] = v end end
+    for k, v in next, o.param_groups[i] do if g[k] == nil then g[k] = v end end
     g.decoupled_weight_decay = nil   -- an Adam's option, not this one's (its state_dict would not load here)
     o.param_groups[i] = g
   end
@@ -99,7 +99,7 @@ function MSAMPAdamW:load_state_dict(sd)
         end
         groups = groups or table.move(pg, 1, rawlen(pg), 1, {})
         local c = {}
-        for k, v in pairs(g) do if k ~= "decoupled_weight_decay" then c[k] = v end end
+        for k, v in next, g do if k ~= "decoupled_weight_decay" then c[k] = v end end
         groups[i] = c
       end
     end
@@ -139,7 +139,7 @@ end
 -- Bytes of optimizer state (moments and their scales), for the memory report.
 function MSAMPAdamW:state_bytes()
   local n = 0
-  for _, st in pairs(self.state) do
+  for _, st in next, self.state do
     n = n + memory.storage_bytes(st.exp_avg) + memory.storage_bytes(st.exp_avg_sq)
       + memory.storage_bytes(st.exp_avg_sq_scale_inv)
   end

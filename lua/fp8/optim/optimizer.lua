@@ -12,13 +12,13 @@ Optimizer.__index = Optimizer
 local function own(v)
   if type(v) ~= "table" or getmetatable(v) ~= nil or v == Optimizer.REQUIRED then return v end
   local c = {}
-  for k, x in pairs(v) do c[k] = x end
+  for k, x in next, v do c[k] = x end
   return c
 end
 
 local function sorted_keys(t)
   local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = tostring(k) end
+  for k in next, t do ks[#ks + 1] = tostring(k) end
   table.sort(ks)
   return table.concat(ks, ", ")
 end
@@ -55,7 +55,7 @@ function Optimizer.new(cls, name, defaults, params, opts)
   end
   if type(params) == "table" and opts == nil and params.params ~= nil and not fp8.is_tensor(params[1]) then
     opts = {}
-    for k, v in pairs(params) do if k ~= "params" then opts[k] = v end end
+    for k, v in next, params do if k ~= "params" then opts[k] = v end end
     params = params.params
   end
   opts = opts or {}
@@ -63,8 +63,8 @@ function Optimizer.new(cls, name, defaults, params, opts)
   if type(opts) ~= "table" then error(("%s: options must be a table, got %s"):format(name, type(opts)), 2) end
   O.check(name, opts, defaults, 2)
   local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {}, _step_count = 0 }, cls)
-  for k, v in pairs(defaults) do self.defaults[k] = own(v) end
-  for k, v in pairs(opts) do self.defaults[k] = own(v) end
+  for k, v in next, defaults do self.defaults[k] = own(v) end
+  for k, v in next, opts do self.defaults[k] = own(v) end
   -- groups: a list whose entries are tables with a `params` field
   local groups
   if type(params) == "table" and type(params[1]) == "table" and not fp8.is_tensor(params[1])
@@ -100,7 +100,7 @@ function Optimizer:_add_group(g, i)
     -- the dtypes the subclass's step updates: refused here rather than by its first step, in library code
     if kinds and not kinds[p:dtype()] then
       local names = {}
-      for d in pairs(kinds) do names[#names + 1] = d end
+      for d in next, kinds do names[#names + 1] = d end
       table.sort(names)
       error(("%s: %s[%d] is %s; %s updates %s parameters (keep the parameters in fp32: mixed_precision runs the "
         .. "compute in bf16, fp16 or FP8 and updates fp32 weights)"):format(self.name,
@@ -127,12 +127,12 @@ function Optimizer:_add_group(g, i)
     end
     seen[p] = true
   end
-  for k, v in pairs(g) do
+  for k, v in next, g do
     if k ~= "params" then
       -- initial_lr: written into the groups by a learning-rate scheduler (as in PyTorch); kept as is
       if self.defaults[k] == nil and k ~= "initial_lr" then
         local valid = {}
-        for dk in pairs(self.defaults) do valid[#valid + 1] = dk end
+        for dk in next, self.defaults do valid[#valid + 1] = dk end
         table.sort(valid)
         error(("%s: %s"):format(self.name, O.unknown_text(k, valid, "option", " in parameter group")), 0)
       end
@@ -142,7 +142,7 @@ function Optimizer:_add_group(g, i)
       group[k] = own(v)
     end
   end
-  for k, v in pairs(self.defaults) do
+  for k, v in next, self.defaults do
     if group[k] == nil then group[k] = own(v) end
     if group[k] == Optimizer.REQUIRED then
       error(("%s: option '%s' is required"):format(self.name, k), 0)
@@ -251,7 +251,7 @@ end
 local function copy_state(st)
   local clone = require("fp8._checkpoint").clone   -- exact: FP8 moments keep their bytes and scales
   local out = {}
-  for k, v in pairs(st) do out[k] = fp8.is_tensor(v) and clone(v) or v end
+  for k, v in next, st do out[k] = fp8.is_tensor(v) and clone(v) or v end
   return out
 end
 
@@ -269,7 +269,7 @@ function Optimizer:_check_param_state(st, p, idx)
   if type(st) ~= "table" then return ("state of parameter %d must be a table, got %s"):format(idx, type(st)) end
   local schema = self:_state_schema(p)
   if schema == nil then   -- generic: tensors the parameter's shape
-    for k, v in pairs(st) do
+    for k, v in next, st do
       if fp8.is_tensor(v) and shape_str(v:shape()) ~= shape_str(p:shape()) then
         return ("state '%s' of parameter %d has shape %s, the parameter %s"):format(k, idx, shape_str(v:shape()),
           shape_str(p:shape()))
@@ -278,7 +278,7 @@ function Optimizer:_check_param_state(st, p, idx)
     return nil
   end
   local keys = {}
-  for k in pairs(schema) do keys[#keys + 1] = k end
+  for k in next, schema do keys[#keys + 1] = k end
   table.sort(keys)
   for _, k in ipairs(keys) do
     local want, v = schema[k], st[k]
@@ -315,7 +315,7 @@ function Optimizer:_check_param_state(st, p, idx)
       end
     end
   end
-  for k in pairs(st) do
+  for k in next, st do
     if schema[k] == nil then
       return ("state of parameter %d has '%s', which %s does not keep (it keeps %s; is it from another optimizer?)")
         :format(idx, tostring(k), self.name, table.concat(keys, ", "))
@@ -330,7 +330,7 @@ function Optimizer:state_dict()
   local state, groups, idx = {}, {}, 0
   for gi, g in ipairs(self.param_groups) do
     local entry = { params = {} }
-    for k, v in pairs(g) do if k ~= "params" then entry[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v end end
+    for k, v in next, g do if k ~= "params" then entry[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v end end
     for _, p in ipairs(g.params) do
       idx = idx + 1
       entry.params[#entry.params + 1] = idx
@@ -360,8 +360,8 @@ function Optimizer:load_state_dict(sd)
       fail("group %d has %d parameters in the state, %d here", gi, #sg.params, #g.params)
     end
     local cand = {}
-    for k, v in pairs(g) do cand[k] = v end
-    for k, v in pairs(sg) do
+    for k, v in next, g do cand[k] = v end
+    for k, v in next, sg do
       if k ~= "params" then
         if self.defaults[k] == nil and k ~= "initial_lr" then
           fail("group %d has the option '%s', which %s does not have (valid: %s)", gi, tostring(k), self.name,
@@ -404,12 +404,12 @@ function Optimizer:load_state_dict(sd)
   -- All checked: copy.
   local clone = require("fp8._checkpoint").clone
   for gi, g in ipairs(self.param_groups) do
-    for k, v in pairs(new_groups[gi]) do if k ~= "params" then g[k] = v end end
+    for k, v in next, new_groups[gi] do if k ~= "params" then g[k] = v end end
     for _, p in ipairs(g.params) do
       local st = new_state[p]
       if st then
         local mine = {}
-        for k, v in pairs(st) do
+        for k, v in next, st do
           if fp8.is_tensor(v) then
             mine[k] = clone(v):to(p:device())
           else
@@ -429,7 +429,7 @@ function Optimizer:__tostring()
   for gi, g in ipairs(self.param_groups) do
     lines[#lines + 1] = ("Parameter Group %d"):format(gi - 1)
     local ks = {}
-    for k in pairs(g) do if k ~= "params" then ks[#ks + 1] = k end end
+    for k in next, g do if k ~= "params" then ks[#ks + 1] = k end end
     table.sort(ks)
     for _, k in ipairs(ks) do
       local v = g[k]
@@ -448,7 +448,7 @@ end
 -- Class helper: subclasses get the base methods and metamethods.
 function Optimizer.class()
   local cls = {}
-  for k, v in pairs(Optimizer) do cls[k] = v end
+  for k, v in next, Optimizer do cls[k] = v end
   cls.__index = cls
   return cls
 end
