@@ -577,6 +577,16 @@ fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
     /* t->grad may be shared with Lua (t.grad handed out): accumulate in place so holders see the sum,
      * like PyTorch's .grad; the first gradient is copied so it never aliases another tensor. */
     if (!t->grad) {
+        /* torch's AccumulateGrad (utils::clone_obey_contract): a dense leaf that is not contiguous (a channels_last
+         * weight or image, a permutation) gets a .grad with its strides (stop 101; it was contiguous) */
+        if (!fl_tensor_is_contiguous(t) && fl_tensor_is_dense(t)) {
+            fl_tensor *r = NULL;
+            FL_TRY(fl_tensor_empty_like(&r, t, FL_F32));
+            fl_status st = fl_tensor_copy_(r, g);
+            if (st != FL_OK) { fl_tensor_release(r); return st; }
+            t->grad = r;
+            return FL_OK;
+        }
         if (g->refcount == 1 && exclusively_owned(g)) { t->grad = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
         return own_f32(&t->grad, g);
     }

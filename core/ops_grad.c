@@ -546,14 +546,25 @@ fl_status fl_clamp_scalar(fl_tensor **out, const fl_tensor *a, double lo, double
     if (lo != -INFINITY && hi != INFINITY && dev && dev->clamp && !fl_format(a->dtype)->is_fp8) {
         /* both bounds, on a device with the one-pass clamp: the same bits (FP8 goes below, to be refused) */
         FL_PROF_SCOPE("clamp"); FL_PROF_SHAPES(a, NULL);
-        st = fl_tensor_empty(out, a->dtype, a->ndim, a->shape, a->device);
-        if (st == FL_OK && fl_tensor_numel(*out) > 0) st = dev->clamp(*out, a, lo, hi);
+        /* a dense a that is not contiguous in memory order, the result with its strides (ops.c's dense_alike) */
+        fl_tensor *fo = NULL, *fa = NULL;
+        st = fl_tensor_empty_like(out, a, a->dtype);
+        if (st == FL_OK && !fl_tensor_is_contiguous(a) && fl_tensor_is_dense(a)) {
+            st = fl_tensor_flat(&fo, *out);
+            if (st == FL_OK) st = fl_tensor_flat(&fa, a);
+        }
+        if (st == FL_OK && fl_tensor_numel(*out) > 0) st = dev->clamp(fo ? fo : *out, fa ? fa : a, lo, hi);
+        fl_tensor_release(fo);
+        fl_tensor_release(fa);
         if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     } else if (lo == -INFINITY && hi != INFINITY) st = fl_binary_scalar_raw(out, FL_OP_MINIMUM, a, hi, false);
     else {   /* (a NaN bound takes its pass: NaN everywhere, as the chain and torch) */
         st = fl_binary_scalar_raw(out, FL_OP_MAXIMUM, a, lo, false);
+        fl_tensor *fo = NULL;   /* (a dense result that is not contiguous: its memory, in order) */
+        if (st == FL_OK && !fl_tensor_is_contiguous(*out) && fl_tensor_is_dense(*out)) st = fl_tensor_flat(&fo, *out);
         if (st == FL_OK && hi != INFINITY && fl_tensor_numel(*out) > 0)
-            st = fl_device_get((*out)->device)->binary_scalar(FL_OP_MINIMUM, *out, *out, hi, false);
+            st = fl_device_get((*out)->device)->binary_scalar(FL_OP_MINIMUM, fo ? fo : *out, fo ? fo : *out, hi, false);
+        fl_tensor_release(fo);
         if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     }
     if (st != FL_OK || !fl_any_requires_grad(1, &a)) return st;
@@ -1222,8 +1233,27 @@ fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t) {
     if (*out == t) return FL_OK;    /* already contiguous: the same tensor, with its own history */
     return view_record(out, t, "ContiguousBackward", identity_bwd, NULL);
 }
+/* torch's to/clone under preserve_format: a dense t that is not contiguous (channels_last, a permutation) gives a
+ * result with its strides, converted in memory order (stop 101; it was copied to a contiguous result through t's
+ * strides); anything else a contiguous one. (The core's fl_tensor_to stays contiguous: its callers read the result
+ * as such.) */
+static fl_status to_preserving(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
+    if (fl_format(t->dtype)->is_fp8 || fl_format(dt)->is_fp8 || fl_tensor_is_contiguous(t) || !fl_tensor_is_dense(t))
+        return fl_tensor_to(out, t, dt);
+    fl_tensor *r = NULL, *fr = NULL, *ft = NULL;
+    fl_status st = fl_tensor_empty_like(&r, t, dt);
+    if (st == FL_OK) st = fl_tensor_flat(&fr, r);
+    if (st == FL_OK) st = fl_tensor_flat(&ft, t);
+    if (st == FL_OK) st = fl_tensor_copy_(fr, ft);
+    fl_tensor_release(fr);
+    fl_tensor_release(ft);
+    if (st != FL_OK) { fl_tensor_release(r); r = NULL; }
+    *out = r;
+    return st;
+}
+
 fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
-    FL_TRY(fl_tensor_to(out, t, dt));
+    FL_TRY(to_preserving(out, t, dt));
     return view_record(out, t, "ToBackward", identity_bwd, NULL);
 }
 

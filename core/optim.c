@@ -52,15 +52,20 @@ static fl_status strided_param(const char *fn, const fl_tensor *p, fl_tensor **c
                           "parameter instead", fn, d + 1);
     return fl_tensor_contiguous(copy, p);
 }
+/* (and its gradient, which takes a dense parameter's strides, as torch's .grad does since stop 101: a channels_last
+ * weight's; read as a contiguous copy beside the parameter's) */
 #define STEP_STRIDED_PARAM(fn, call)                                                         \
-    if (p && !fl_tensor_is_contiguous(p)) {                                                  \
-        fl_tensor *c_ = NULL;                                                                \
+    if (p && (!fl_tensor_is_contiguous(p) || (g && !fl_tensor_is_contiguous(g)))) {         \
+        fl_tensor *c_ = NULL, *gc_ = NULL;                                                   \
         FL_TRY(strided_param(fn, p, &c_));                                                   \
+        fl_status st_ = g ? fl_tensor_contiguous(&gc_, g) : FL_OK;                           \
         fl_tensor *p_ = p;                                                                   \
         p = c_;                                                                              \
-        fl_status st_ = call;                                                                \
-        if (st_ == FL_OK) st_ = fl_tensor_copy_(p_, c_);                                     \
+        if (g) g = gc_;                                                                      \
+        if (st_ == FL_OK) st_ = call;                                                        \
+        if (st_ == FL_OK && c_ != p_) st_ = fl_tensor_copy_(p_, c_);                         \
         fl_tensor_release(c_);                                                               \
+        fl_tensor_release(gc_);                                                              \
         return st_;                                                                          \
     }
 

@@ -109,6 +109,25 @@ bool fl_tensor_is_contiguous(const fl_tensor *t) {
     return true;
 }
 
+bool fl_tensor_is_dense(const fl_tensor *t) {
+    if (fl_tensor_is_contiguous(t)) return true;
+    /* c10's compute_non_overlapping_and_dense: the dims of size > 1 sorted by stride, innermost first, each stride
+     * the product of the sizes inside it */
+    int perm[FL_MAX_DIMS], n = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] != 1) perm[n++] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t->stride[perm[j - 1]] > t->stride[perm[j]]; j--) {
+            const int k = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = k;
+        }
+    int64_t expect = 1;
+    for (int i = 0; i < n; i++) {
+        if (t->stride[perm[i]] != expect) return false;
+        expect *= t->shape[perm[i]];
+    }
+    return true;
+}
+
 void *fl_tensor_data(const fl_tensor *t) {
     if (!t->storage) return NULL;   /* a header without storage (fl_tensor_header, autograd's input stubs) */
     return (char *)t->storage->data + t->offset * (int64_t)fl_format(t->dtype)->size;
@@ -393,6 +412,26 @@ static fl_status per_axis_reshape_check(const fl_tensor *t, int ndim, const int6
                       what, fl_format(t->dtype)->name, fl_shape_str(a, sizeof a, t->ndim, t->shape), t->scale_axis + 1,
                       fl_shape_str(b, sizeof b, ndim, shape));
     }
+    return FL_OK;
+}
+
+fl_status fl_tensor_flat(fl_tensor **out, const fl_tensor *t) {
+    *out = NULL;
+    if (!fl_tensor_is_dense(t)) return FL_ERR(FL_EINVAL, "flat: the tensor's elements are not dense in memory");
+    fl_tensor *v;
+    FL_TRY(view_header(&v, t));
+    v->ndim = 1;
+    v->shape[0] = fl_tensor_numel(t);
+    v->stride[0] = 1;
+    *out = v;
+    return FL_OK;
+}
+
+fl_status fl_tensor_empty_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
+    FL_TRY(fl_tensor_empty(out, dt, t->ndim, t->shape, t->device));
+    /* the same element count fills [0, numel) under t's strides too, where t is dense */
+    if (!fl_format(dt)->is_fp8 && !fl_tensor_is_contiguous(t) && fl_tensor_is_dense(t))
+        memcpy((*out)->stride, t->stride, sizeof t->stride);
     return FL_OK;
 }
 

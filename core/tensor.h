@@ -104,6 +104,14 @@ fl_status fl_shape_numel(const char *what, int ndim, const int64_t *shape, int64
  * (they are then kept in t->qstats). */
 fl_status fl_tensor_qstats(const fl_tensor *t, fl_cast_stats *out);
 bool fl_tensor_is_contiguous(const fl_tensor *t);
+/* torch's is_non_overlapping_and_dense: t's elements fill [offset, offset + numel) each once, in some order of its dims
+ * (a contiguous tensor, a channels_last one, any permutation of either) */
+bool fl_tensor_is_dense(const fl_tensor *t);
+/* t dense (above): a 1-D view [numel] of its memory in memory order (TensorIterator's walk of such a tensor) */
+fl_status fl_tensor_flat(fl_tensor **out, const fl_tensor *t);
+/* A new tensor of dtype dt (not FP8) with t's shape, and t's strides where t is dense (torch's empty_like under
+ * preserve_format there), else contiguous */
+fl_status fl_tensor_empty_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt);
 /* Address of element 0 (storage data + offset * element size). */
 void *fl_tensor_data(const fl_tensor *t);
 bool fl_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);

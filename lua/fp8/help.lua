@@ -165,7 +165,8 @@ add_all {
   { section = "Quantization", name = "Tensor:to", sig = "x:to(dtype | device) -> Tensor",
     doc = "Converts between \"fp32\", \"bf16\" and \"fp16\" (round to nearest even). FP8 needs a\n"
        .. "scale: use x:quantize(\"e4m3\"); an FP8 tensor's :to(\"fp32\") dequantizes. x:to(\"cuda\") /\n"
-       .. "x:to(\"cpu\") copy to a device (see Tensor:cuda)." },
+       .. "x:to(\"cpu\") copy to a device (see Tensor:cuda). A dense permuted tensor (channels_last, a\n"
+       .. "permute) keeps its strides, as torch's preserve_format (so do clone and the elementwise ops)." },
   { section = "Tensors", name = "cuda", sig = "fp8.cuda.is_available() / device_count() / synchronize() / memory_allocated()",
     doc = "The GPU: is_built(), is_available(), device_count(), unavailable_reason(), synchronize() (wait for\n"
        .. "queued work, e.g. before reading a clock), memory_allocated(), max_memory_allocated(),\n"
