@@ -64,7 +64,7 @@ static void render(lua_State *L, int idx, char *buf, size_t n, int depth) {
     }
 }
 
-static int raise(lua_State *L, const char *origin, const char *why) {
+static int refuse_setting(lua_State *L, const char *origin, const char *why) {
     return luaL_error(L, "%s: %s", origin, why);
 }
 
@@ -72,7 +72,7 @@ static int mismatch(lua_State *L, int idx, fl_setting_id k, const char *origin) 
     char got[200], why[600];
     render(L, idx, got, sizeof got, 0);
     fl_setting_mismatch(k, got, why, sizeof why);
-    return raise(L, origin, why);
+    return refuse_setting(L, origin, why);
 }
 
 static bool callable(lua_State *L, int idx) {
@@ -115,18 +115,18 @@ int fl_lchecksetting(lua_State *L, int idx, int kk, const char *origin, int stri
     int t = lua_type(L, idx);
     if (r->unsupported) {
         snprintf(why, sizeof why, "not supported: %s", r->unsupported);
-        return raise(L, origin, why);
+        return refuse_setting(L, origin, why);
     }
     if (t == LUA_TSTRING && (strings_as_text || r->type == FL_SETTING_CHOICE || r->type == FL_SETTING_BOOL3)) {
         size_t len;
         const char *s = lua_tolstring(L, idx, &len);
-        if (!fl_setting_parse(k, s, len, FL_FROM_TEXT, &v, why, sizeof why)) return raise(L, origin, why);
+        if (!fl_setting_parse(k, s, len, FL_FROM_TEXT, &v, why, sizeof why)) return refuse_setting(L, origin, why);
         return v;
     }
     switch (r->type) {
     case FL_SETTING_INT:
         if (t != LUA_TNUMBER) return mismatch(L, idx, k, origin);
-        if (!fl_setting_check_number(k, lua_tonumber(L, idx), &v, why, sizeof why)) return raise(L, origin, why);
+        if (!fl_setting_check_number(k, lua_tonumber(L, idx), &v, why, sizeof why)) return refuse_setting(L, origin, why);
         return v;
     case FL_SETTING_BOOL:
         if (t != LUA_TBOOLEAN) return mismatch(L, idx, k, origin);
@@ -224,7 +224,7 @@ static int l_parse(lua_State *L) {
     const char *origin = luaL_optstring(L, 3, fl_setting_info(k)->name);
     char why[640];
     int v;
-    if (!fl_setting_parse(k, text, len, FL_FROM_TEXT, &v, why, sizeof why)) return raise(L, origin, why);
+    if (!fl_setting_parse(k, text, len, FL_FROM_TEXT, &v, why, sizeof why)) return refuse_setting(L, origin, why);
     push_value(L, k, v);
     return 1;
 }
