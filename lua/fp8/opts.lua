@@ -200,6 +200,17 @@ function M.strict_arity(class, label, name_of)
   return class
 end
 
+-- the public functions of a module table not yet wrapped (a name not starting with "_"), read raw: name -> function
+local function unwrapped_functions(tbl)
+  local todo = {}
+  for name, f in next, tbl do
+    if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
+      todo[name] = f
+    end
+  end
+  return todo
+end
+
 -- strict_functions(tbl [, prefix]): each public function of the module table `tbl` (a name not starting with "_")
 -- written in Lua with a fixed parameter list refuses a call with more arguments than it has parameters, as
 -- strict_arity does for a class's methods: "prefix.name: takes (key, names); got 1 more argument" (fp8.kwargs.nearest,
@@ -215,12 +226,7 @@ function M.strict_functions(tbl, prefix)
   if prefix ~= nil and type(prefix) ~= "string" then
     error(("strict_functions: prefix must be a string, got %s"):format(M.got(prefix)), 2)
   end
-  local todo = {}
-  for name, f in next, tbl do
-    if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
-      todo[name] = f
-    end
-  end
+  local todo = unwrapped_functions(tbl)
   for name, f in next, todo do
     local a = M.arity(f)
     if a then
@@ -259,12 +265,7 @@ local function own_caller()
   return false
 end
 function M.internal_functions(tbl, prefix, names)
-  local todo = {}
-  for name, f in next, tbl do
-    if type(name) == "string" and name:sub(1, 1) ~= "_" and type(f) == "function" and not WRAPPED[f] then
-      todo[name] = f
-    end
-  end
+  local todo = unwrapped_functions(tbl)
   if names then
     local keep = {}
     for _, n in ipairs(names) do keep[n] = todo[n] end

@@ -42,32 +42,37 @@ local nn = {
 }
 for name, cls in next, act do nn[name] = cls end      -- ReLU, GELU, SiLU, ..., Softmax, GLU, Mish, ...
 for name, cls in next, losses do nn[name] = cls end   -- CrossEntropyLoss, ..., KLDivLoss
--- Conv1d, Conv2d, MaxPool1d/2d, AvgPool1d/2d, Unfold, Fold (and F.conv2d, F.unfold, ...: lua/fp8/nn/conv.lua)
-for name, cls in next, (require "fp8.nn.conv") do nn[name] = cls end
--- ConvTranspose1d, ConvTranspose2d (and F.conv_transpose1d/2d: lua/fp8/nn/conv_transpose.lua)
-for name, cls in next, (require "fp8.nn.conv_transpose") do nn[name] = cls end
--- ZeroPad, ConstantPad, ReflectionPad, ReplicationPad, CircularPad 1d/2d/3d (F.pad's modes: lua/fp8/nn/padding.lua)
-for name, cls in next, (require "fp8.nn.padding") do nn[name] = cls end
--- AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d (and F.adaptive_*: lua/fp8/nn/adaptive_pool.lua)
-for name, cls in next, (require "fp8.nn.adaptive_pool") do nn[name] = cls end
--- Upsample, UpsamplingNearest2d, UpsamplingBilinear2d, PixelShuffle, PixelUnshuffle (and F.interpolate,
--- F.pixel_shuffle, F.pixel_unshuffle: lua/fp8/nn/upsample.lua)
-for name, cls in next, (require "fp8.nn.upsample") do nn[name] = cls end
--- RNN, LSTM, GRU and RNNCell, LSTMCell, GRUCell (lua/fp8/nn/rnn.lua)
-for name, cls in next, (require "fp8.nn.rnn") do nn[name] = cls end
--- Dropout1d, Dropout2d, Dropout3d (and F.dropout1d/2d/3d: lua/fp8/nn/channel_dropout.lua)
-for name, cls in next, (require "fp8.nn.channel_dropout") do nn[name] = cls end
--- Bilinear (and F.bilinear: lua/fp8/nn/bilinear.lua)
-for name, cls in next, (require "fp8.nn.bilinear") do nn[name] = cls end
--- LocalResponseNorm, Softmax2d, ChannelShuffle (and F.local_response_norm, F.channel_shuffle, F.gumbel_softmax:
--- lua/fp8/nn/channel_ops.lua)
-for name, cls in next, (require "fp8.nn.channel_ops") do nn[name] = cls end
--- MaxUnpool1d, MaxUnpool2d (and F.max_unpool1d/2d: lua/fp8/nn/unpool.lua)
-for name, cls in next, (require "fp8.nn.unpool") do nn[name] = cls end
--- EmbeddingBag (and F.embedding_bag: lua/fp8/nn/embedding_bag.lua)
-for name, cls in next, (require "fp8.nn.embedding_bag") do nn[name] = cls end
--- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
-for name, cls in next, (require "fp8.nn.batch_norm") do nn[name] = cls end
+-- each of these modules' classes under its own name in nn
+for _, mod in ipairs{
+  -- Conv1d, Conv2d, MaxPool1d/2d, AvgPool1d/2d, Unfold, Fold (and F.conv2d, F.unfold, ...: lua/fp8/nn/conv.lua)
+  "fp8.nn.conv",
+  -- ConvTranspose1d, ConvTranspose2d (and F.conv_transpose1d/2d: lua/fp8/nn/conv_transpose.lua)
+  "fp8.nn.conv_transpose",
+  -- ZeroPad, ConstantPad, ReflectionPad, ReplicationPad, CircularPad 1d/2d/3d (F.pad's modes: lua/fp8/nn/padding.lua)
+  "fp8.nn.padding",
+  -- AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d (and F.adaptive_*: lua/fp8/nn/adaptive_pool.lua)
+  "fp8.nn.adaptive_pool",
+  -- Upsample, UpsamplingNearest2d, UpsamplingBilinear2d, PixelShuffle, PixelUnshuffle (and F.interpolate,
+  -- F.pixel_shuffle, F.pixel_unshuffle: lua/fp8/nn/upsample.lua)
+  "fp8.nn.upsample",
+  -- RNN, LSTM, GRU and RNNCell, LSTMCell, GRUCell (lua/fp8/nn/rnn.lua)
+  "fp8.nn.rnn",
+  -- Dropout1d, Dropout2d, Dropout3d (and F.dropout1d/2d/3d: lua/fp8/nn/channel_dropout.lua)
+  "fp8.nn.channel_dropout",
+  -- Bilinear (and F.bilinear: lua/fp8/nn/bilinear.lua)
+  "fp8.nn.bilinear",
+  -- LocalResponseNorm, Softmax2d, ChannelShuffle (and F.local_response_norm, F.channel_shuffle, F.gumbel_softmax:
+  -- lua/fp8/nn/channel_ops.lua)
+  "fp8.nn.channel_ops",
+  -- MaxUnpool1d, MaxUnpool2d (and F.max_unpool1d/2d: lua/fp8/nn/unpool.lua)
+  "fp8.nn.unpool",
+  -- EmbeddingBag (and F.embedding_bag: lua/fp8/nn/embedding_bag.lua)
+  "fp8.nn.embedding_bag",
+  -- BatchNorm1d, BatchNorm2d, GroupNorm (and F.batch_norm, F.group_norm: lua/fp8/nn/batch_norm.lua)
+  "fp8.nn.batch_norm",
+} do
+  for name, cls in next, (require(mod)) do nn[name] = cls end
+end
 
 -- Parameter(t [, requires_grad=true]): marks a tensor as a trainable leaf (requires_grad) and returns it; torch's
 -- nn.Parameter(data, requires_grad=True), whose False makes a parameter that trains nothing (a frozen weight). The
