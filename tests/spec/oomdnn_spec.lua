@@ -224,33 +224,67 @@ end
 -- the conv's backward primitives made now, with memory (their creation under the fill is the case above)
 calls = 2
 graph():backward()
+local ref_x, ref_w = x.grad:clone(), w.grad:clone()
 x.grad, w.grad, calls = nil, nil, 0
+-- a line for one try: ok, the error (its 'out of memory' only), the hook's calls, and either x.grad nil (raised) or
+-- whether the gradients equal the first backward's (ran: once, not added twice)
+local function same(a, b) return a:eq(b):all():item() == 1 end
+local function outcome(ok, e, gx, gw)
+  if ok then
+    return ("true ran %d %s"):format(calls, tostring(gx ~= nil and same(gx, ref_x) and same(gw, ref_w)))
+  end
+  return ("false %s %d %s"):format(tostring(e):match("out of memory") or tostring(e), calls, tostring(x.grad == nil))
+end
 ]]
+  -- Whether the conv's backward finds no room after the hook's fill varies from run to run (what the release of
+  -- oneDNN's and our caches gives back before an allocation is refused, stop 101; 2 of 2 CI children once ran it), so
+  -- each try must end one of the two right ways (raised: 'out of memory', the hook once, no gradient; or ran: the
+  -- hook once and the first backward's gradients, not twice theirs), and up to four children must show the raise.
+  local RAISED, RAN = "false out of memory 1 true", "true ran 1 true"
+  local function tries(code, each)
+    local seen = {}
+    for _ = 1, 4 do
+      local out, err, rc = child(SETUP .. code, nil, nil, 1)
+      assert.are.equal(0, rc, err)
+      each(out)
+      for line in out:gmatch("[^\n]+") do seen[line] = true end
+      if seen[RAISED] then break end
+    end
+    assert.truthy(seen[RAISED], "no child ran out of memory in the conv's backward")
+  end
+
   it_mem("raises the out of memory, runs the hook once, and the next backward runs", function()
-    local out, err, rc = child(SETUP .. [[
+    tries([[
 for _, retain in ipairs{false, true} do
   calls = 0
   local loss = graph()
   local ok, e = pcall(loss.backward, loss, {retain_graph = retain})
+  local gx, gw = x.grad, w.grad
   give()
-  say(tostring(retain), tostring(ok), tostring(e):match("out of memory") or tostring(e), calls, tostring(x.grad == nil))
+  say(outcome(ok, e, gx, gw))
+  x.grad, w.grad = nil, nil
 end
 calls = 2
 graph():backward()
-say("after", x.grad:shape()[1], w.grad:shape()[1])
-]], nil, nil, 1)
-    assert.are.equal(0, rc, err)
-    assert.are.equal("false false out of memory 1 true\ntrue false out of memory 1 true\nafter 1 16\n", out)
+say("after", tostring(same(x.grad, ref_x) and same(w.grad, ref_w)))
+]], function(out)
+      local lines = {}
+      for line in out:gmatch("[^\n]+") do lines[#lines + 1] = line end
+      assert.are.equal(3, #lines, out)
+      for i = 1, 2 do assert.truthy(lines[i] == RAISED or lines[i] == RAN, out) end
+      assert.are.equal("after true", lines[3], out)
+    end)
   end)
 
   it_mem("autograd.grad the same", function()
-    local out, err, rc = child(SETUP .. [[
+    tries([[
 local loss = graph()
-local ok, e = pcall(fp8.autograd.grad, {loss}, {x, w})
+local ok, e, gw = pcall(fp8.autograd.grad, {loss}, {x, w})
+local gx = ok and e or nil
 give()
-say(tostring(ok), tostring(e):match("out of memory") or tostring(e), calls)
-]], nil, nil, 1)
-    assert.are.equal(0, rc, err)
-    assert.are.equal("false out of memory 1\n", out)
+say(outcome(ok, ok and nil or e, gx, gw))
+]], function(out)
+      assert.truthy(out == RAISED .. "\n" or out == RAN .. "\n", out)
+    end)
   end)
 end)
