@@ -124,14 +124,6 @@ local ROUTES = [[ROUTES = { { "bf16", 16, 24, 3, 1 }, { "bf16", 32, 16, 3, 2 }, 
 ]]
 
 -- whether this CPU has AVX-512 (oneDNN 2.6's bf16 convolutions need it: AMX's, AVX512_BF16's or its emulation)
-local function has_avx512()
-  local f = io.open("/proc/cpuinfo")
-  if not f then return false end
-  local info = f:read("a")
-  f:close()
-  return info:find("avx512f", 1, true) ~= nil and info:find("avx512bw", 1, true) ~= nil
-end
-
 describe("bf16 conv2d on oneDNN (stop 100)", function()
   it("runs oneDNN's direct route for bf16 with AVX-512; the columns under avx2, for fp16, first layers, 1×1 and a "
     .. "stride past the kernel", function()
@@ -141,7 +133,7 @@ describe("bf16 conv2d on oneDNN (stop 100)", function()
     assert.are.equal(cols, out)
     out, ok = U.sh(("%s -e %s"):format(BIN, U.q(ROUTES .. ROUTE_CODE)))
     assert.is_true(ok, out)
-    if require("fp8.config").sys.cpu_isa() ~= "avx2" and has_avx512() then
+    if U.avx512_runs() then
       assert.are.equal("6 direct direct columns columns columns columns\n", out)
     else
       assert.are.equal(cols, out)

@@ -119,14 +119,6 @@ print(#out .. " " .. table.concat(out, " "))
 ]]
 
 -- whether this CPU has AVX-512 (oneDNN 2.6's bf16 convolutions need it)
-local function has_avx512()
-  local f = io.open("/proc/cpuinfo")
-  if not f then return false end
-  local info = f:read("a")
-  f:close()
-  return info:find("avx512f", 1, true) ~= nil and info:find("avx512bw", 1, true) ~= nil
-end
-
 describe("conv2d on channels_last (stop 101)", function()
   it("gives torch 2.15's bits and its channels_last result on 1 and 2 threads and under avx2 and avx512", function()
     local one = U.same_on_threads(BIN, FIXTURE_CODE)
@@ -147,7 +139,7 @@ describe("conv2d on channels_last (stop 101)", function()
     ]]
     local out, ok = U.sh(("%s -e %s"):format(BIN, U.q(routes .. ROUTE_CODE)))
     assert.is_true(ok, out)
-    if require("fp8.config").sys.cpu_isa() ~= "avx2" and has_avx512() then
+    if U.avx512_runs() then
       -- (a 1×1 kernel's weight gradient keeps the columns; a stride past the kernel's size too in bf16, where
       -- oneDNN 2.6.3's AMX kernel is wrong; fp16 has no oneDNN convolution)
       assert.are.equal("8 direct/direct direct/direct direct/direct direct/columns direct/columns columns/columns "

@@ -7,6 +7,18 @@ local assert = require "luassert"
 local U = {}
 
 -- A string (or anything tostring takes) quoted for the shell: 'it'\''s'.
+-- Whether the AVX-512 kernels (ours and oneDNN's) run in a child started with this process's environment: the CPU has
+-- AVX-512 F and BW (/proc/cpuinfo) and FP8LAB_CPU_ISA does not cap it to avx2. Where not, oneDNN has no bf16 matmul or
+-- convolution, and its callers take the CPU device's own kernels (an AVX2 host: CI may run on one).
+function U.avx512_runs()
+  if require("fp8.config").sys.cpu_isa() == "avx2" then return false end
+  local f = io.open("/proc/cpuinfo")
+  if not f then return false end
+  local info = f:read("a")
+  f:close()
+  return info:find("avx512f", 1, true) ~= nil and info:find("avx512bw", 1, true) ~= nil
+end
+
 function U.q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 -- The bytes of a file, or nil when it cannot be opened.
