@@ -326,11 +326,19 @@ static int dorequire(lua_State *L, const char *name) {
     return docall(L, 1, 1);
 }
 
+/* Like report, for the host's own loading (fp8, fp8.help, fp8.cli, -l's modules): a Ctrl-C that lands there, before
+ * the user's code runs (a loaded machine takes a second to start), ends the run by SIGINT as one during it does;
+ * it exited 1. */
+static int report_load(lua_State *L, int status) {
+    if (status != LUA_OK && interrupted_error(L)) ended_by_sigint = 1;
+    return report(L, status);
+}
+
 /* fp8 = require "fp8"; help = require("fp8.help").help */
 static int load_fp8(lua_State *L) {
-    if (report(L, dorequire(L, "fp8")) != LUA_OK) return 0;
+    if (report_load(L, dorequire(L, "fp8")) != LUA_OK) return 0;
     lua_setglobal(L, "fp8");
-    if (report(L, dorequire(L, "fp8.help")) != LUA_OK) return 0;
+    if (report_load(L, dorequire(L, "fp8.help")) != LUA_OK) return 0;
     lua_getfield(L, -1, "help");
     lua_setglobal(L, "help");
     lua_pop(L, 1);
@@ -434,7 +442,7 @@ static int runargs(lua_State *L, char **argv, int n) {
         } else {   /* -l NAME: global NAME = require "NAME"; -l G=NAME: global G (lua.c 5.4.4's dolibrary) */
             const char *eq = strchr(v, '=');
             const char *mod = eq ? eq + 1 : v;
-            status = report(L, dorequire(L, mod));
+            status = report_load(L, dorequire(L, mod));
             if (status == LUA_OK) {
                 if (eq) lua_pushlstring(L, v, (size_t)(eq - v)); else lua_pushstring(L, v);
                 lua_insert(L, -2);
@@ -479,7 +487,7 @@ static int handle_script(lua_State *L, char **argv, int argc, int script) {
 
 /* `fp8lab COMMAND ...`: fp8.cli.main(host, cmd, args...) returns the exit status. */
 static int run_subcommand(lua_State *L, char **argv, int argc) {
-    if (report(L, dorequire(L, "fp8.cli")) != LUA_OK) return 1;
+    if (report_load(L, dorequire(L, "fp8.cli")) != LUA_OK) return 1;
     lua_getfield(L, -1, "main");
     lua_remove(L, -2);
     push_host_info(L);

@@ -212,6 +212,20 @@ describe("fp8lab command line", function()
     assert.truthy(err:find("interrupted!", 1, true), err)
   end)
 
+  it("Ctrl-C while the host loads a module (-l, or fp8 itself on a slow start) ends it by SIGINT too", function()
+    -- make test's Ctrl-C cases below came at 0.3 s on a loaded host while `require "fp8"` still ran: the host reported
+    -- the error and exited 1 (report, not report_user's check); a module that never finishes loading stands for it
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. q(dir)))
+    local f = assert(io.open(dir .. "/slowmod.lua", "wb")); f:write("while true do end\n"); f:close()
+    local _, err, code = run("-l slowmod -e " .. q("print('ran')"), nil,
+      "LUA_PATH=" .. q(dir .. "/?.lua;;") .. " timeout --foreground --preserve-status -s INT 1 ")
+    os.remove(dir .. "/slowmod.lua"); os.remove(dir)
+    assert.are.equal(130, code, err)
+    assert.truthy(err:find("interrupted!", 1, true), err)
+  end)
+
   it("Ctrl-C during oneDNN's matmuls stops cleanly every time (the handler's frame once corrupted the heap)", function()
     -- before the handler had a stack of its own, 3 to 11 of 20 such interrupts aborted ("corrupted double-linked list")
     local loop = "local x = fp8.randn{256, 256}; while true do x = x:matmul(x):tanh() end"
