@@ -293,8 +293,8 @@ describe("the convolutions, poolings and transposed convolutions on the native w
     end, { x1, w1, b1 }, 4, true)
   end)
 
-  it("depthwise conv2d (groups = in_channels, computed directly) gives the GEMM per group's bits, but for the "
-    .. "weight's gradient (to fp32 rounding)", function()
+  it("depthwise conv2d (groups = in_channels, computed directly) gives the GEMM per group's bits (where oneDNN's "
+    .. "AVX-512 GEMM is the reference), but for the weight's gradient (to fp32 rounding)", function()
     local function close(what, got, want, tol)
       assert.are.same(want:shape(), got:shape(), what)
       local a, b = U.flat(got:to("f32")), U.flat(want:to("f32"))
@@ -324,8 +324,13 @@ describe("the convolutions, poolings and transposed convolutions on the native w
       -- the forward and the input's gradient in the per-group path's order (fused multiply-adds over the kernel, the
       -- windows' sums unfused in kernel order): its bits; the weight's gradient sums over the batch and the windows in
       -- another order than the GEMM's
-      same_bits(what, y1, y2)
-      same_bits(what .. " input's gradient", g1[1], g2[1])
+      if U.avx512_runs() then
+        same_bits(what, y1, y2)
+        same_bits(what .. " input's gradient", g1[1], g2[1])
+      else   -- (oneDNN's AVX2 GEMM, the reference's, sums its K of 1 to 12 in another order: an ulp here and there)
+        close(what, y1, y2, 1e-6)
+        close(what .. " input's gradient", g1[1], g2[1], 1e-6)
+      end
       close(what .. " weight's gradient", g1[2], g2[2], 1e-4)
       same_bits(what .. " bias's gradient", g1[3], g2[3])
     end
