@@ -82,6 +82,26 @@ function U.same_on_threads(bin, code)
   return one
 end
 
+-- Runs `code` in a child `bin -e` under each FP8LAB_CPU_ISA cap of caps (a list) and asserts each ran and printed
+-- want (the kernels a cap leaves must give the same bits).
+function U.same_under_caps(bin, code, want, caps)
+  for _, cap in ipairs(caps) do
+    local out, ok = U.sh(("FP8LAB_CPU_ISA=%s %s -e %s"):format(cap, bin, U.q(code)))
+    assert.is_true(ok, out)
+    assert.are.equal(want, out, cap)
+  end
+end
+
+-- Whether this CPU has AVX-512 (F and BW: what oneDNN 2.6's bf16 convolutions need, AMX's, AVX512_BF16's or its
+-- emulation), from /proc/cpuinfo; false where that cannot be read.
+function U.has_avx512()
+  local f = io.open("/proc/cpuinfo")
+  if not f then return false end
+  local info = f:read("a")
+  f:close()
+  return info:find("avx512f", 1, true) ~= nil and info:find("avx512bw", 1, true) ~= nil
+end
+
 -- Runs f(...) and returns its error message, asserting it failed and that the message contains
 -- every plain substring in `needles` (a string or a list of strings).
 function U.fails_with(needles, f, ...)
