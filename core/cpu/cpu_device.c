@@ -42,12 +42,19 @@ static void cpu_malloc_tune(void) {
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
-/* kept block i unmapped and taken off the list (under keep_lock) */
-static void keep_drop(int i) {
-    munmap(kept[i].base, kept[i].len);
+/* kept block i taken off the list, its mapping the caller's (under keep_lock) */
+static void *keep_take(int i) {
+    void *p = kept[i].base;
     kept_bytes -= kept[i].len;
     memmove(&kept[i], &kept[i + 1], (size_t)(n_kept - i - 1) * sizeof kept[0]);
     n_kept--;
+    return p;
+}
+
+/* kept block i taken off the list and unmapped (under keep_lock) */
+static void keep_drop(int i) {
+    const size_t len = kept[i].len;
+    munmap(keep_take(i), len);
 }
 
 void fl_cpu_release_kept(void) {
@@ -61,10 +68,7 @@ static void *map_block(size_t len) {
     pthread_mutex_lock(&keep_lock);
     for (int i = n_kept - 1; i >= 0; i--)
         if (kept[i].len == len) {
-            void *p = kept[i].base;
-            kept_bytes -= len;
-            memmove(&kept[i], &kept[i + 1], (size_t)(n_kept - i - 1) * sizeof kept[0]);
-            n_kept--;
+            void *p = keep_take(i);
             pthread_mutex_unlock(&keep_lock);
             return p;
         }

@@ -254,13 +254,22 @@ end
 -- caller's line. names: the functions to wrap (nil: every public one). Returns tbl.
 local RAW_ERRORS = { "attempt to ", "bad argument #%d+ to '%?'", "table index is ", "number has no integer "
   .. "representation", "invalid key to 'next'", "invalid value %(at index" }
+-- each calling function's kind, read once ("C", or whether its chunk is the library's): a frame's "S" fields cost
+-- more than its function ("f": no chunk name made), and a library function calls these helpers again and again
+local CALLER_KIND = setmetatable({}, { __mode = "k" })
 local function own_caller()
   -- the first Lua frame above the wrapper (C frames, pcall's, skipped): the library's own chunks are named
   -- lua/fp8/... (errfmt's rule); a wrapper reached by a tail call looks at the frame below the one that made it
   for level = 3, 12 do
-    local info = debug.getinfo(level, "S")
-    if info == nil then return false end
-    if info.what ~= "C" then return info.source:match("^@lua/fp8/") ~= nil or info.source:match("^@.*/lua/fp8/") ~= nil end
+    local fi = debug.getinfo(level, "f")
+    if fi == nil then return false end
+    local kind = CALLER_KIND[fi.func]
+    if kind == nil then
+      local info = debug.getinfo(fi.func, "S")
+      kind = info.what == "C" and "C" or (info.source:match("^@lua/fp8/") ~= nil or info.source:match("^@.*/lua/fp8/") ~= nil)
+      CALLER_KIND[fi.func] = kind
+    end
+    if kind ~= "C" then return kind end
   end
   return false
 end

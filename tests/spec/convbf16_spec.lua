@@ -123,7 +123,6 @@ local ROUTES = [[ROUTES = { { "bf16", 16, 24, 3, 1 }, { "bf16", 32, 16, 3, 2 }, 
   { "bf16", 3, 16, 3, 1 }, { "bf16", 16, 32, 1, 2 }, { "bf16", 16, 16, 3, 4 } }
 ]]
 
--- whether this CPU has AVX-512 (oneDNN 2.6's bf16 convolutions need it: AMX's, AVX512_BF16's or its emulation)
 describe("bf16 conv2d on oneDNN (stop 100)", function()
   it("runs oneDNN's direct route for bf16 with AVX-512; the columns under avx2, for fp16, first layers, 1×1 and a "
     .. "stride past the kernel", function()
@@ -170,11 +169,7 @@ describe("bf16 conv2d on oneDNN (stop 100)", function()
     assert.are.equal("21648 values as torch's\n", one)
     -- the columns (oneDNN 2.6 has no bf16 convolution below AVX-512), and oneDNN's emulation of bf16 on AVX-512
     -- without AVX512_BF16
-    for _, cap in ipairs { "avx2", "avx512" } do
-      local out, ok = U.sh(("FP8LAB_CPU_ISA=%s %s -e %s"):format(cap, BIN, U.q(FIXTURE_CODE)))
-      assert.is_true(ok, out)
-      assert.are.equal(one, out, cap)
-    end
+    U.same_under_caps(BIN, FIXTURE_CODE, one, { "avx2", "avx512" })
   end)
 
   it("rounds the fp32 sums once: the forward and the gradients against the definition in doubles", function()

@@ -118,17 +118,12 @@ end
 print(#out .. " " .. table.concat(out, " "))
 ]]
 
--- whether this CPU has AVX-512 (oneDNN 2.6's bf16 convolutions need it)
 describe("conv2d on channels_last (stop 101)", function()
   it("gives torch 2.15's bits and its channels_last result on 1 and 2 threads and under avx2 and avx512", function()
     local one = U.same_on_threads(BIN, FIXTURE_CODE)
     assert.are.equal("32774 values as torch's\n", one)
     -- the columns for bf16 and fp32's AVX2 kernels (avx2), oneDNN's bf16 emulation without AVX512_BF16 (avx512)
-    for _, cap in ipairs { "avx2", "avx512" } do
-      local out, ok = U.sh(("FP8LAB_CPU_ISA=%s %s -e %s"):format(cap, BIN, U.q(FIXTURE_CODE)))
-      assert.is_true(ok, out)
-      assert.are.equal(one, out, cap)
-    end
+    U.same_under_caps(BIN, FIXTURE_CODE, one, { "avx2", "avx512" })
   end)
 
   it("runs a channels-last bf16 first layer's forward and weight gradient and a 1×1 forward on oneDNN's direct route",

@@ -100,15 +100,27 @@ end
   local MATMULS = "try('matmul', a.matmul, a, b)\ntry('matmul_bf16', a.matmul, a:to('bf16'), b:to('bf16'))\n"
   local OPS = HEAD .. CONV .. MATMULS
 
+  -- Whether a bf16 matmul runs oneDNN here, by oneDNN's own report: on a CPU without AVX-512 (Zen 3, or
+  -- FP8LAB_CPU_ISA=avx2) oneDNN 2.6 has no bf16 matmul and the CPU device's own GEMM runs it, which no injected oneDNN
+  -- failure reaches (stop 102: the case expected the refusal on every host and failed natively on AVX2).
+  local function bf16_matmul_on_onednn()
+    local f = io.popen(("ONEDNN_VERBOSE=1 OMP_NUM_THREADS=1 %s -e %s 2>&1 </dev/null"):format(q(BIN),
+      q("fp8.ones{8, 16}:to('bf16'):matmul(fp8.ones{16, 4}:to('bf16'))")))
+    local text = f:read("a")
+    f:close()
+    return text:find("exec,cpu,matmul,", 1, true) ~= nil
+  end
+
   for _, call in ipairs { "memory_create", "execute" } do
     it(("a failing %s raises out of memory naming the op, and the process goes on"):format(call), function()
       local out, err, rc = injected(call, OPS .. "say('after', (fp8.ones{2} + 1)[1])")
       assert.are.equal(0, rc, err)
-      local fn = call == "execute" and "primitive_execute" or call
-      -- (without AVX-512 oneDNN has no bf16 matmul: the CPU device's own kernel gives the 16 products)
-      local bf16 = U.avx512_runs() and ("false matmul: out of memory in oneDNN's dnnl_%s"):format(fn) or "true 16.0"
+      local name = call == "execute" and "primitive_execute" or call
       local want = ("conv false conv2d: out of memory in oneDNN's dnnl_%s\n"
-        .. "matmul false matmul: out of memory in oneDNN's dnnl_%s\nmatmul_bf16 %s\nafter 2.0\n"):format(fn, fn, bf16)
+        .. "matmul false matmul: out of memory in oneDNN's dnnl_%s\n"):format(name, name)
+        .. (bf16_matmul_on_onednn() and ("matmul_bf16 false matmul: out of memory in oneDNN's dnnl_%s\n"):format(name)
+          or "matmul_bf16 true 16.0\n")
+        .. "after 2.0\n"
       assert.are.equal(want, out)
     end)
 

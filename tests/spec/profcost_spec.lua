@@ -67,34 +67,8 @@ local function case_of(cases, program, dt)
 end
 
 -- "name: calls, FLOPs" of the counted rows, torch's (named as fp8lab names them) or the profile's
-local function want_rows(case)
-  local out = {}
-  for _, row in ipairs(case.rows) do
-    local n = NAMES[row[1]] or row[1]
-    local o = out[n] or { calls = 0, flops = 0 }
-    o.calls, o.flops = o.calls + row[2], o.flops + row[3]
-    out[n] = o
-  end
-  return out
-end
-local function got_rows(prof)
-  local out = {}
-  for _, e in ipairs(prof:events()) do
-    if e.flops then
-      local o = out[e.name] or { calls = 0, flops = 0 }
-      o.calls, o.flops = o.calls + 1, o.flops + math.tointeger(e.flops)
-      out[e.name] = o
-    end
-  end
-  return out
-end
-local function show(rows)
-  local keys = {}
-  for k in pairs(rows) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for i, k in ipairs(keys) do keys[i] = ("%s: %d calls, %d FLOPs"):format(k, rows[k].calls, rows[k].flops) end
-  return table.concat(keys, "; ")
-end
+local R = dofile("tests/spec/helpers/flop_rows.lua")
+local function rename(name) return NAMES[name] or name end
 -- group_by_input_shape's counted rows, "name shapes = FLOPs" sorted
 local function want_shaped(case)
   local out = {}
@@ -121,7 +95,7 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
         fp8.manual_seed(0)
         local case = case_of(ref, program, dt)
         local prof = profile(P[program](dt))
-        assert.are.equal(show(want_rows(case)), show(got_rows(prof)))
+        assert.are.equal(R.show(R.expected(case, rename)), R.show(R.got(prof)))
         local total = 0
         for _, row in ipairs(prof:key_averages()) do total = total + row.flops end
         assert.are.equal(case.total, math.tointeger(total))

@@ -158,37 +158,10 @@ end
 
 local function name_of(key, map) return map[key] or NAMES[key] or key end
 
--- torch's rows as fp8lab's: per fp8lab name, the FLOPs and the calls that carry them
-local function expected_rows(case, map)
-  local out = {}
-  for _, row in ipairs(case.rows) do
-    local n = name_of(row[1], map)
-    local o = out[n] or { calls = 0, flops = 0 }
-    o.calls, o.flops = o.calls + row[2], o.flops + row[3]
-    out[n] = o
-  end
-  return out
-end
-
-local function got_rows(prof)
-  local out = {}
-  for _, e in ipairs(prof:events()) do
-    if e.flops then
-      local o = out[e.name] or { calls = 0, flops = 0 }
-      o.calls, o.flops = o.calls + 1, o.flops + math.tointeger(e.flops)
-      out[e.name] = o
-    end
-  end
-  return out
-end
-
-local function show(rows)
-  local keys = {}
-  for k in pairs(rows) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for i, k in ipairs(keys) do keys[i] = ("%s: %d calls, %d FLOPs"):format(k, rows[k].calls, rows[k].flops) end
-  return table.concat(keys, "; ")
-end
+local R = dofile("tests/spec/helpers/flop_rows.lua")
+-- torch's rows as fp8lab's, per fp8lab name (map's names first)
+local function expected_rows(case, map) return R.expected(case, function(key) return name_of(key, map) end) end
+local got_rows, show = R.got, R.show
 
 local function case_of(program, dt)
   for _, c in ipairs(ref.programs) do if c.program == program and c.dtype == dt then return c end end

@@ -7,18 +7,6 @@ local assert = require "luassert"
 local U = {}
 
 -- A string (or anything tostring takes) quoted for the shell: 'it'\''s'.
--- Whether the AVX-512 kernels (ours and oneDNN's) run in a child started with this process's environment: the CPU has
--- AVX-512 F and BW (/proc/cpuinfo) and FP8LAB_CPU_ISA does not cap it to avx2. Where not, oneDNN has no bf16 matmul or
--- convolution, and its callers take the CPU device's own kernels (an AVX2 host: CI may run on one).
-function U.avx512_runs()
-  if require("fp8.config").sys.cpu_isa() == "avx2" then return false end
-  local f = io.open("/proc/cpuinfo")
-  if not f then return false end
-  local info = f:read("a")
-  f:close()
-  return info:find("avx512f", 1, true) ~= nil and info:find("avx512bw", 1, true) ~= nil
-end
-
 function U.q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 -- The bytes of a file, or nil when it cannot be opened.
@@ -92,6 +80,33 @@ function U.same_on_threads(bin, code)
   assert.are.equal(one, run(2))
   assert.is_truthy(one:match("^%d"), one)
   return one
+end
+
+-- Runs `code` in a child `bin -e` under each FP8LAB_CPU_ISA cap of caps (a list) and asserts each ran and printed
+-- want (the kernels a cap leaves must give the same bits).
+function U.same_under_caps(bin, code, want, caps)
+  for _, cap in ipairs(caps) do
+    local out, ok = U.sh(("FP8LAB_CPU_ISA=%s %s -e %s"):format(cap, bin, U.q(code)))
+    assert.is_true(ok, out)
+    assert.are.equal(want, out, cap)
+  end
+end
+
+-- Whether this CPU has AVX-512 (F and BW: what oneDNN 2.6's bf16 convolutions need, AMX's, AVX512_BF16's or its
+-- emulation), from /proc/cpuinfo; false where that cannot be read.
+function U.has_avx512()
+  local f = io.open("/proc/cpuinfo")
+  if not f then return false end
+  local info = f:read("a")
+  f:close()
+  return info:find("avx512f", 1, true) ~= nil and info:find("avx512bw", 1, true) ~= nil
+end
+
+-- Whether the AVX-512 kernels (ours and oneDNN's) run in a child started with this process's environment: the CPU has
+-- them (U.has_avx512) and FP8LAB_CPU_ISA does not cap it to avx2. Where not, oneDNN has no bf16 matmul or convolution,
+-- and its callers take the CPU device's own kernels (an AVX2 host: CI may run on one).
+function U.avx512_runs()
+  return require("fp8.config").sys.cpu_isa() ~= "avx2" and U.has_avx512()
 end
 
 -- Runs f(...) and returns its error message, asserting it failed and that the message contains
