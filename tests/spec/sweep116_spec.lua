@@ -49,3 +49,38 @@ describe("index_select at 0-d, as torch 2.15's", function()
       :find("index_select: the index must be 1-d (or 0-d), got [1, 1]", 1, true))
   end)
 end)
+
+describe("fp8lab test when a signal ends its run", function()
+  local BIN = assert(FP8LAB_BIN, "run through tests/busted.lua, which sets FP8LAB_BIN")
+  local function q(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
+  -- a spec that sends SIG to the shell fp8lab test runs the suite in and to its busted (as a Ctrl-C or a kill of the
+  -- process group does): the busted's parent is that shell
+  local function run_with(sig)
+    local d = os.tmpname(); os.remove(d); assert(os.execute("mkdir -p " .. q(d)))
+    local f = assert(io.open(d .. "/die_spec.lua", "w"))
+    f:write(([[
+describe("a run that a signal ends", function()
+  it("ends", function() os.execute("kill -%s $(awk '{print $4}' /proc/$PPID/stat) $PPID; sleep 1") end)
+end)
+]]):format(sig))
+    f:close()
+    -- exec'd, so a death by a signal is os.execute's "signal", not the shell's 128 + N
+    local ok, how, code = os.execute(("exec %s test %s >%s 2>%s"):format(q(BIN), q(d .. "/die_spec.lua"),
+      q(d .. "/out"), q(d .. "/err")))
+    local e = assert(io.open(d .. "/err")); local err = e:read("a"); e:close()
+    os.execute("sleep 1; rm -rf " .. q(d))
+    return ok, how, code, err
+  end
+  it("says the signal and exits 128 + N, as a shell gives (it returned N: 15 for SIGTERM)", function()
+    local _, how, code, err = run_with("TERM")
+    assert.are.equal("exit", how, err)
+    assert.are.equal(143, code, err)
+    assert.truthy(err:find("fp8lab test: the test run was ended by signal 15 (SIGTERM)", 1, true), err)
+  end)
+  it("ends by SIGINT where its run did (a Ctrl-C: it exited 2, 'bad usage')", function()
+    local _, how, code, err = run_with("INT")
+    assert.are.equal("signal", how, err)
+    assert.are.equal(2, code, err)
+    assert.truthy(err:find("fp8lab test: the test run was ended by signal 2 (SIGINT)", 1, true), err)
+  end)
+end)
