@@ -84,3 +84,52 @@ end)
     assert.truthy(err:find("fp8lab test: the test run was ended by signal 2 (SIGINT)", 1, true), err)
   end)
 end)
+
+describe("an options table that is a proxy is refused by every reader, by name", function()
+  -- (stop 101's leftover) a table whose metatable has __index or __pairs was read raw: its keys unseen, so a proxy
+  -- with no stored keys read as empty options (AdamW kept lr 0.001, TERecipeKwargs margin 0), while C readers' lookups
+  -- read __index's answers unchecked. torch and Accelerate take plain dicts.
+  local w = fp8.ones { 2 }:requires_grad(true)
+  local calls = {
+    { "AdamW", function(p) return fp8.optim.AdamW({ w }, p) end },
+    { "SGD", function(p) return fp8.optim.SGD({ w }, p) end },
+    { "TERecipeKwargs", function(p) return fp8.TERecipeKwargs(p) end },
+    { "AutocastKwargs", function(p) return fp8.AutocastKwargs(p) end },
+    { "Accelerator", function(p) return fp8.Accelerator(p) end },
+    { "ProjectConfiguration", function(p) return fp8.ProjectConfiguration(p) end },
+    { "resolve", function(p) return require("fp8.kwargs").resolve(p) end },
+    { "zeros", function(p) return fp8.zeros({ 2 }, p) end },   -- a C binding's (fl_lcheckopts)
+    { "Linear", function(p) return fp8.nn.Linear(2, 2, p) end },
+    { "options must be", function(p)
+      local m = fp8.nn.MultiheadAttention(4, 2); local x = fp8.ones { 1, 2, 4 }; return m(x, x, x, p) end },
+    { "options must be", function(p) return fp8.nn.TransformerEncoderLayer(4, 2)(fp8.ones { 1, 2, 4 }, p) end },
+    { "get_scheduler: scheduler_specific_kwargs", function(p)
+      return fp8.optim.lr_scheduler.get_scheduler("linear", fp8.optim.SGD({ w }, { lr = 0.1 }),
+        { num_warmup_steps = 1, num_training_steps = 2, scheduler_specific_kwargs = p }) end },
+    { "hist", function(p) return fp8.hist(fp8.ones { 4 }, nil, p) end },
+    { "scaled_dot_product_attention", function(p)
+      local x = fp8.ones { 1, 2, 4 }; return fp8.nn.functional.scaled_dot_product_attention(x, x, x, p) end },
+    { "interpolate", function(p) return fp8.nn.functional.interpolate(fp8.ones { 1, 1, 2 }, p) end },
+  }
+  local proxies = {
+    { "__index", setmetatable({}, { __index = { lr = 0.5, margin = 3, dtype = "bf16" } }) },
+    { "__pairs", setmetatable({}, { __pairs = function() return next, { lr = 0.5 } end }) },
+    { "__index", setmetatable({}, { __index = function() return 1 end, __metatable = false }) },   -- hidden
+  }
+  for _, c in ipairs(calls) do
+    it(c[1] .. " refuses each proxy", function()
+      for _, p in ipairs(proxies) do
+        local e = err_of(c[2], p[2])
+        assert.truthy(e:find(c[1], 1, true), e)
+        assert.truthy(e:find("options must be a plain table {name = value}, got a table whose metatable has "
+          .. p[1], 1, true), e)
+      end
+    end)
+  end
+  it("takes a table whose metatable has neither (its stored keys read, as before)", function()
+    local o = fp8.optim.AdamW({ w }, setmetatable({ lr = 0.25 }, { __tostring = function() return "opts" end }))
+    assert.are.equal(0.25, o.param_groups[1].lr)
+    assert.are.equal(3, fp8.TERecipeKwargs(setmetatable({ margin = 3 }, { __name = "opts" })).margin)
+    assert.are.equal("bf16", fp8.zeros({ 2 }, setmetatable({ dtype = "bf16" }, {})):dtype())
+  end)
+end)
