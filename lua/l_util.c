@@ -311,6 +311,21 @@ void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *
         const char *got = luaL_typename(L, idx);
         luaL_error(L, "%s: options must be a table {%s}, got %s", fname, push_joined(L, valid), got);
     }
+    /* a proxy (a metatable with __index or __pairs) is refused, as fp8.opts.check does (its proxy_text, stop 102):
+     * the keys are read raw below and the values through lookups, so its keys went unchecked and its values unread
+     * or read unchecked. The metatable is read raw too (lua_getmetatable ignores __metatable). */
+    if (lua_getmetatable(L, idx)) {
+        const char *which = NULL;
+        lua_pushliteral(L, "__index");
+        if (lua_rawget(L, -2) != LUA_TNIL) which = "__index";
+        lua_pop(L, 1);
+        lua_pushliteral(L, "__pairs");
+        if (!which && lua_rawget(L, -2) != LUA_TNIL) which = "__pairs";
+        lua_pop(L, 2);
+        if (which)
+            luaL_error(L, "%s: options must be a plain table {name = value}, got a table whose metatable has %s (a "
+                       "proxy's options are not read through it: copy them into a plain table)", fname, which);
+    }
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         lua_pop(L, 1);

@@ -498,8 +498,9 @@ static int run_subcommand(lua_State *L, char **argv, int argc) {
     if (report(L, status) != LUA_OK) return 1;
     int rc = (int)lua_tointeger(L, -1);
     lua_pop(L, 1);
-    /* fp8.cli.main's status for a Ctrl-C ("fp8lab config: interrupted", reported there) */
-    if (rc == 130 && got_sigint) ended_by_sigint = 1;
+    /* fp8.cli.main's status for a Ctrl-C ("fp8lab config: interrupted", reported there), or `fp8lab test`'s when its
+     * run ended by SIGINT (stop 102): system() ignores SIGINT while it waits, so got_sigint is not set for that one */
+    if (rc == 130) ended_by_sigint = 1;
     return rc;
 }
 

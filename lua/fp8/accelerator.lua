@@ -76,6 +76,7 @@ local NOT_PROVIDED = {
 local function new(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("Accelerator: expected an options table, got %s"):format(type(opts)), 3) end
+  O.check_plain("Accelerator", opts, 3)   -- (stop 102) before the walk below: a proxy's keys are not read
   for k in next, opts do
     if NOT_HERE[k] then error(("Accelerator: %s is not supported: %s"):format(k, NOT_HERE[k]), 3) end
   end

@@ -51,6 +51,7 @@ function M.ProjectConfiguration(opts, ...)
     "({project_dir=, logging_dir=, automatic_checkpoint_naming=, total_limit=, iteration=})", ...)
   opts = opts or {}
   if type(opts) ~= "table" then error(("ProjectConfiguration: expected an options table, got %s"):format(type(opts)), 2) end
+  require("fp8.opts").check_plain("ProjectConfiguration", opts, 2)   -- (stop 102) a proxy's keys are not read
   local named = {}   -- save_on_each_node: accepted when off, refused when set
   for k, v in next, opts do
     if k == "save_on_each_node" then

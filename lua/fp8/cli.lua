@@ -716,6 +716,11 @@ end
 
 -- ---- dispatch ----------------------------------------------------------------------------------
 
+-- Linux's numbers of the signals a run is commonly ended by (signal(7)), for fp8lab test's message
+local SIGNAL_NAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT", [7] = "SIGBUS",
+  [8] = "SIGFPE", [9] = "SIGKILL", [11] = "SIGSEGV", [13] = "SIGPIPE", [14] = "SIGALRM", [15] = "SIGTERM", [24] = "SIGXCPU",
+  [25] = "SIGXFSZ" }
+
 -- fp8lab test [busted options]: the test suite of the source tree this binary was built in (the
 -- C core tests when BUILD/test_core exists, and the busted specs), from that tree's root.
 local function test_cmd(host, ...)
@@ -753,8 +758,17 @@ local function test_cmd(host, ...)
     for i, a in ipairs(extra) do args[i] = q(a) end
     cmd = ("cd %s && %s tests/busted.lua %s"):format(q(root), q(exe), #args > 0 and table.concat(args, " ") or "tests/spec")
   end
-  local ok, _, code = os.execute(cmd)
-  return ok and 0 or (code or 1)
+  local ok, how, code = os.execute(cmd)
+  if ok then return 0 end
+  if how == "signal" then
+    -- the run (the shell's command, exec'd) ended by a signal: os.execute gives its number, which as a status read
+    -- 2 ("bad usage") for a Ctrl-C until stop 102. Said, and the status a shell gives: 128 + N (a Ctrl-C's 130,
+    -- on which main.c ends fp8lab by SIGINT, as a shell loop expects; system() ignored the SIGINT here meanwhile)
+    io.stderr:write(("fp8lab test: the test run was ended by signal %d%s\n"):format(code,
+      SIGNAL_NAMES[code] and (" (" .. SIGNAL_NAMES[code] .. ")") or ""))
+    return 128 + code
+  end
+  return code or 1
 end
 
 M.commands = {

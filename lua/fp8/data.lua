@@ -22,7 +22,8 @@ local function check_keys(fname, opts, valid, level, positional)
   if type(opts) ~= "table" then
     error(("%s: expected an options table {%s=...}, got %s"):format(fname, valid[1], type(opts)), level + 1)
   end
-  if positional and opts[1] ~= nil then   -- the dataset may come first, unnamed
+  O.check_plain(fname, opts, level + 1)   -- (stop 102) before the copy below: a proxy's keys are not read
+  if positional and rawget(opts, 1) ~= nil then   -- the dataset may come first, unnamed
     local named = {}
     for k, v in next, opts do if k ~= 1 then named[k] = v end end
     opts = named

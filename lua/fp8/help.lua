@@ -219,7 +219,8 @@ add_all {
        .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients\n"
        .. "flow. "
        .. "x:gather(dim, index) (fp8.gather(x, dim, index)): x's values along dim at the index's 0-based\n"
-       .. "positions; x:index_select(dim, index) takes a 1-d index's positions of dim, in order." },
+       .. "positions; x:index_select(dim, index) takes a 1-d index's positions of dim, in order (a 0-d index:\n"
+       .. "one position, dim kept; a 0-d x: dim 1 or -1, one index 0, a 0-d result, as torch's)." },
   { section = "Tensors", name = "Tensor:scatter",
     sig = "x:scatter(dim, index, src | value) / :scatter_add(dim, index, src) / :index_add(dim, index, source [, "
        .. "{alpha=1}]) / :index_copy(dim, index, source) / :index_fill(dim, index, value) -> Tensor",

@@ -305,6 +305,8 @@ local function build(cls, opts)
   if type(opts) ~= "table" or is_handler(opts) then
     return nil, ("%s: expected an options table {key=value, ...}, got %s"):format(cls.handler_type, got(opts))
   end
+  local proxy = require("fp8.opts").proxy_text(opts)   -- a proxy's keys are not read (stop 102)
+  if proxy then return nil, cls.handler_type .. ": " .. proxy end
   -- the keys as stored (next, not pairs): every handler looped for ever on a table whose __pairs never ends, each
   -- key it answered collected (sweep 115); the other walks of a caller's table below are raw for the same reason
   local keys = {}
@@ -756,6 +758,8 @@ local RESOLVE_KEYS = { "mixed_precision", "kwargs_handlers", "kwarg_handlers", "
 local function resolve(opts)
   if opts == nil then opts = {} end
   if type(opts) ~= "table" then fail("resolve: expected an options table, got %s", got(opts)) end
+  local proxy = require("fp8.opts").proxy_text(opts)   -- (stop 102) a proxy's keys are not read
+  if proxy then fail("resolve: %s", proxy) end
   for k in next, opts do
     local ok = false
     for _, v in ipairs(RESOLVE_KEYS) do ok = ok or k == v end

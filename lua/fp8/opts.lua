@@ -316,6 +316,29 @@ function M.internal_functions(tbl, prefix, names)
   return tbl
 end
 
+-- proxy_text(opts) -> nil for a table the option readers can read, else the refusal's text: a table whose metatable
+-- has __index or __pairs (an enum-like proxy) is refused (stop 102). Options are read as stored: the keys by next
+-- (raw, since a __pairs that never ended looped for ever, sweep 115) and the values by lookups; a proxy's keys were
+-- not seen, so a proxy with no stored keys read as empty options in one reader ({__index = {lr = 0.5}}: AdamW kept
+-- its default lr, TERecipeKwargs its margin) while another read its __index's answers unchecked. torch and
+-- Accelerate take plain dicts; so does fp8. lua/l_util.c's fl_lcheckopts refuses with the same words.
+function M.proxy_text(opts)
+  local mt = type(opts) == "table" and debug.getmetatable(opts)
+  if not mt then return nil end
+  local which = rawget(mt, "__index") ~= nil and "__index" or rawget(mt, "__pairs") ~= nil and "__pairs" or nil
+  if not which then return nil end
+  return ("options must be a plain table {name = value}, got a table whose metatable has %s (a proxy's options "
+    .. "are not read through it: copy them into a plain table)"):format(which)
+end
+
+-- check_plain(fname, opts [, level]): refuses a proxy (proxy_text above) by fname, for the readers that walk an
+-- options table without check. Errors at level (default 2: the caller's caller).
+function M.check_plain(fname, opts, level)
+  local text = M.proxy_text(opts)
+  if text then error(fname .. ": " .. text, (level or 2) + 1) end
+  return opts
+end
+
 function M.check(fname, opts, valid, level)
   level = (level or 2) + 1
   check_valid(valid, tostring(fname), level)
@@ -335,6 +358,8 @@ function M.check(fname, opts, valid, level)
     error(("%s: options must be a plain table {key=value, ...}, got a kwargs handler (%s)"):format(fname,
       opts.handler_type), level)
   end
+  local proxy = M.proxy_text(opts)
+  if proxy then error(fname .. ": " .. proxy, level) end
   -- raw (next): the names as stored; a __pairs that answered a valid name for ever looped here (sweep 115)
   for k in next, opts do
     if not has(valid, k) then error(fname .. ": " .. M.unknown_text(k, valid), level) end

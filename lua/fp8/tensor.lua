@@ -333,20 +333,32 @@ function Tensor.index_select(t, dim, index, ...)
     error(("index_select: expected an index tensor, got %s"):format(type(index)), 2)
   end
   check_live("index_select", "the index", index)
-  if index:dim() ~= 1 then
-    error(("index_select: the index must be 1-d, got %s"):format(shape_str(index:shape())), 2)
+  if index:dim() > 1 then
+    error(("index_select: the index must be 1-d (or 0-d), got %s"):format(shape_str(index:shape())), 2)
   end
-  if t:dim() == 0 then error("index_select: a 0-d tensor has no dim to select along", 2) end
-  if math.type(dim) ~= "integer" or dim == 0 or math.abs(dim) > t:dim() then
-    error(("index_select: dim must be in 1..%d or -%d..-1, got %s"):format(t:dim(), t:dim(),
-      require("fp8.opts").got(dim)), 2)
+  -- torch 2.15's rules for 0-d (tests/data/index_select0d_torch.lua): a 0-d index is one position (the result keeps
+  -- dim, of size 1); a 0-d x takes dim 1 or -1 (its one implicit dim, as sum's) and an index of exactly one element,
+  -- which must be 0, and gives a 0-d result
+  if index:dim() == 0 then index = index:reshape { 1 } end
+  local nd = math.max(t:dim(), 1)
+  if math.type(dim) ~= "integer" or dim == 0 or math.abs(dim) > nd then
+    error(("index_select: dim must be in 1..%d or -%d..-1%s, got %s"):format(nd, nd,
+      t:dim() == 0 and " (a 0-d tensor's one implicit dim)" or "", require("fp8.opts").got(dim)), 2)
   end
-  if dim < 0 then dim = t:dim() + 1 + dim end
+  if dim < 0 then dim = nd + 1 + dim end
   if not SELECTABLE[dt] then error(("index_select: %s tensor: dequantize it first"):format(dt), 2) end
+  local src = t
+  if t:dim() == 0 then
+    if index:numel() ~= 1 then
+      error(("index_select: the index into a 0-d tensor must have exactly 1 element, got %d"):format(index:numel()), 2)
+    end
+    src = t:reshape { 1 }
+  end
   -- whole runs copied per position (core/gather.c's fl_index_select); it went through gather with the index expanded
   -- to the result's shape
-  local ok, r = pcall(t._index_select, t, dim, index)
+  local ok, r = pcall(src._index_select, src, dim, index)
   if not ok then error((tostring(r):gsub("^[^:]*:%d+: ", "")), 2) end
+  if t:dim() == 0 then r = r:reshape {} end
   return r
 end
 M.index_select = Tensor.index_select

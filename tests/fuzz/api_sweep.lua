@@ -612,6 +612,13 @@ local function enumerate()
     local null = io.open("/dev/null", "w")
     print, io.stdout = function() end, null
     io.output(null)
+    -- (stop 102) the library refuses an options table that is a proxy (a metatable with __index or __pairs), as the
+    -- spy P below is: the Lua readers let it pass while the parent probes (fp8.opts.proxy_text answers nil), and where
+    -- a C reader (lua/l_util.c's fl_lcheckopts) refuses it, its keys are read from its unknown-option message's
+    -- "(valid: a, b)" for a plain table with a key no function takes
+    local O_lib = require("fp8.opts")
+    local proxy_text0 = O_lib.proxy_text
+    O_lib.proxy_text = function() return nil end
     for ei = 1, n_entries do
       local e = entries[ei]
       if e.kind == "func" or e.kind == "method" then
@@ -624,15 +631,27 @@ local function enumerate()
               seen[k] = true; order[#order + 1] = k
             end
           end })
-          pcall(function()
-            local O = e.kind == "method" and load("return " .. insts[e.inst].src, "=optkey", "t", env)() or nil
-            local f = e.kind == "func" and load("return " .. e.expr, "=optkey", "t", env)() or O[e.name]
-            local T = load("return " .. T_SRC(e), "=optkey", "t", env)()
-            local args = load("local T, P = ...; return " .. OPT_PREFIXES[pi] .. "P", "=optkey", "t", env)
-            debug.sethook(function() error("api_sweep: probe budget", 2) end, "", 1000000)
-            if O then f(O, args(T, P)) else f(args(T, P)) end
-          end)
+          local function probe(P)
+            return pcall(function()
+              local O = e.kind == "method" and load("return " .. insts[e.inst].src, "=optkey", "t", env)() or nil
+              local f = e.kind == "func" and load("return " .. e.expr, "=optkey", "t", env)() or O[e.name]
+              local T = load("return " .. T_SRC(e), "=optkey", "t", env)()
+              local args = load("local T, P = ...; return " .. OPT_PREFIXES[pi] .. "P", "=optkey", "t", env)
+              debug.sethook(function() error("api_sweep: probe budget", 2) end, "", 1000000)
+              if O then f(O, args(T, P)) else f(args(T, P)) end
+            end)
+          end
+          local ok, err = probe(P)
           debug.sethook()
+          if not ok and tostring(err):find("options must be a plain table {name = value}, got a table whose metatable", 1,
+                                          true) then
+            local _, err2 = probe({ api_sweep_no_such_option = true })
+            debug.sethook()
+            local valid = tostring(err2):match("unknown option 'api_sweep_no_such_option'.-%(valid: ([^)]*)%)")
+            for k in (valid or ""):gmatch("[%a_][%w_]*") do
+              if not seen[k] then seen[k] = true; order[#order + 1] = k end
+            end
+          end
           for _, k in ipairs(order) do optkeys[#optkeys + 1] = { ei, pi, k } end
         end
       end
@@ -640,6 +659,7 @@ local function enumerate()
     print, io.stdout = print0, stdout0
     io.output(out0)
     null:close()
+    O_lib.proxy_text = proxy_text0
   end
   local lines = {}
   for _, ok in ipairs(optkeys) do

@@ -124,6 +124,8 @@ function MHA:forward(query, key, value, opts, ...)
       .. "is_causal=}, got %s"):format(O.got(opts)), 0)
   end
   opts = opts or {}
+  local proxy = O.proxy_text(opts)   -- (stop 102) a proxy's keys are not read
+  if proxy then error(proxy, 0) end
   for k in next, opts do
     if not FORWARD_SET[k] then error(O.unknown_text(k, FORWARD_OPTS), 0) end
   end

@@ -106,6 +106,8 @@ function M._forward_opts(opts, names)
     error(("options must be a table {%s=}, got %s"):format(table.concat(names, "=, "), O.got(opts)), 0)
   end
   opts = opts or {}
+  local proxy = O.proxy_text(opts)   -- (stop 102) a proxy's keys are not read
+  if proxy then error(proxy, 0) end
   local valid = {}
   for _, k in ipairs(names) do valid[k] = true end
   for k in next, opts do

@@ -2053,6 +2053,7 @@ function M.get_scheduler(name, opt, a, b, c, ...)
   if type(kw) ~= "table" then
     error(("get_scheduler: scheduler_specific_kwargs must be a table, got %s"):format(O.got(kw)), 2)
   end
+  O.check_plain("get_scheduler: scheduler_specific_kwargs", kw, 2)   -- (stop 102) a proxy's keys are not read
   -- The step counts a schedule does not use. transformers drops them unseen; here a warmup the schedule would not
   -- make is refused, and num_training_steps, which the generic call (transformers' and Accelerate's example scripts)
   -- passes to every schedule, is checked and taken where the schedule has no end, as it changes nothing there.
