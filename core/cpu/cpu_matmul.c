@@ -359,6 +359,10 @@ static fl_status gemm_raw(fl_dtype in, int64_t batch, int64_t m, int64_t n, int6
     if (in == FL_BF16 && amx_k_tail(&key)) return gemm_bf16_widened(batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
     bool ran = false;
     FL_TRY(mm_run(&key, a, b, c, NULL, NULL, &ran));
+    /* a CPU without AVX-512 (Zen 3): oneDNN 2.6 has no bf16 matmul at all; the widened copies give the same
+     * fp32-accumulated products (test_fma_mm's small-K tails failed there, and attention's bf16 GEMM route fell to
+     * its row loops) */
+    if (!ran && in == FL_BF16) return gemm_bf16_widened(batch, m, n, k, a, lda, sa, ta, b, ldb, sb, tb, c, ldc, sc);
     if (!ran) return FL_ERR(FL_EDEVICE, "oneDNN has no %s batched matmul for %lld x [%lld, %lld, %lld]",
                             fl_format(in)->name, (long long)batch, (long long)m, (long long)n, (long long)k);
     return FL_OK;

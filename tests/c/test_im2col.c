@@ -218,7 +218,10 @@ TEST(conv2d_fp32_direct_backward_vs_loops) {
         bool ran_d = false, ran_w = false;
         REQUIRE_OK(fl_cpu_conv2d_bwd_data(dx, gv, wv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_d));
         REQUIRE_OK(fl_cpu_conv2d_bwd_weights(dw, db, xv, gv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_w));
-        CHECK((ran_d || !(cs[t].must & 1)) && (ran_w || !(cs[t].must & 2)),
+        /* (which primitives oneDNN has depends on the CPU: `must` is AVX-512's; without it, on Zen 3, case 2's
+         * backward data is declined) */
+        const int must = fl_cpu_avx512() ? cs[t].must : 0;
+        CHECK((ran_d || !(must & 1)) && (ran_w || !(must & 2)),
               "case %zu: oneDNN's backward primitives were expected to run (data %d, weights %d)", t, ran_d, ran_w);
         if (t == 5) CHECK(!ran_d && !ran_w, "case 5: a 1×1 kernel's gradients were expected from the columns");
         for (int64_t i = 0; i < nx; i++) {
@@ -235,12 +238,12 @@ TEST(conv2d_fp32_direct_backward_vs_loops) {
                              (long long)(isb ? i - nw : i), got, want);
             else CHECK(isnan(got), "case %zu: declined but wrote the %s", t, isb ? "bias's gradient" : "weight's");
         }
-        if (cs[t].must & 1) {
+        if ((cs[t].must & 1) && ran_d) {
             fl_interrupt_set();
             CHECK(fl_cpu_conv2d_bwd_data(dx, gv, wv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_d) == FL_EINTR &&
                   !fl_interrupt_pending(), "case %zu: backward data went on past Ctrl-C", t);
         }
-        if (cs[t].must & 2) {
+        if ((cs[t].must & 2) && ran_w) {
             fl_interrupt_set();
             CHECK(fl_cpu_conv2d_bwd_weights(dw, NULL, xv, gv, FL_F32, N, C, H, W, OC, gr, geo, oh, ow, &ran_w) ==
                   FL_EINTR && !fl_interrupt_pending(), "case %zu: backward weights went on past Ctrl-C", t);
@@ -262,7 +265,9 @@ TEST(conv2d_fp32_first_layer_reads_nchw_in_place) {
         const int64_t geo[10] = { cs[t].k, cs[t].k, cs[t].s, cs[t].s, 1, 1, cs[t].p, cs[t].p, cs[t].p, cs[t].p };
         bool direct = false, in_place = false;
         REQUIRE_OK(fl_cpu_conv2d_route(&direct, &in_place, FL_F32, cs[t].N, cs[t].C, cs[t].H, cs[t].H, cs[t].OC, 1, geo));
-        if (direct) CHECK(in_place, "case %zu: %lld channels: the input was reordered", t, (long long)cs[t].C);
+        /* (oneDNN's AVX2 kernels take 8 channels as one nChw8c block, a reorder: under 8 in place on every CPU) */
+        if (direct && (cs[t].C < 8 || fl_cpu_avx512()))
+            CHECK(in_place, "case %zu: %lld channels: the input was reordered", t, (long long)cs[t].C);
     }
     const int64_t geo[10] = { 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
     bool direct = false, in_place = true;
