@@ -618,9 +618,10 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         fl_tensor_release(t);
         return st;
     }
-    case FL_OP_ABS: {   /* sign(x)·g: 0 at x = 0 as in PyTorch, NaN at NaN */
+    case FL_OP_ABS: {   /* g·sgn(x), torch's: +0·g at x = ±0 and at a NaN (until stop 102 sign(x)·g: NaN at a NaN,
+                         * -0·g at -0), so the 1-norm's gradient (norm, dist, pairwise_distance) is 0 at a NaN */
         fl_tensor *sg = NULL;
-        fl_status st = fl_unary_raw(&sg, FL_OP_SIGN, x);
+        fl_status st = torch_sgn(&sg, x);
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, sg);
         fl_tensor_release(sg);
         return st;
