@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static _Thread_local char fl_err_buf[1024];
 static _Thread_local size_t fl_err_detail_off;
@@ -68,6 +70,17 @@ void fl_signals_block(sigset_t *old) {
     pthread_sigmask(SIG_BLOCK, &set, old);
 }
 void fl_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+static volatile pid_t fl_main_tid;   /* 0: none recorded */
+static pid_t fl_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+void fl_signals_set_main_thread(void) { fl_main_tid = fl_gettid(); }
+bool fl_signal_on_main_thread(void) { return fl_main_tid == 0 || fl_gettid() == fl_main_tid; }
+int fl_signal_send_to_main(int sig) {
+    if (fl_signal_on_main_thread()) return 0;
+    int saved = errno;
+    syscall(SYS_tgkill, (pid_t)getpid(), fl_main_tid, sig);
+    errno = saved;
+    return 1;
+}
 fl_status fl_check_interrupt(void) {
     if (!fl_interrupt_flag) return FL_OK;
     fl_interrupt_flag = 0;

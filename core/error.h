@@ -57,6 +57,16 @@ fl_status fl_check_interrupt(void);
  * progress threads), where SIGINT's handler would have no alternate stack (lua/main.c). */
 void fl_signals_block(sigset_t *old);
 void fl_signals_restore(const sigset_t *old);
+/* The thread that takes the host's signals: fl_signals_set_main_thread() records the calling thread (the host's main
+ * thread, before any other starts). Linux hands a signal sent to the process to any thread that does not block it,
+ * and tgkill aims one at a thread: a SIGINT handler's first line is `if (fl_signal_send_to_main(sig)) return;`, which
+ * on any other thread (an OpenMP worker, a library's own thread) sends the signal on to the main one (errno kept;
+ * async-signal-safe) and returns 1, so only the main thread runs the rest (lua/main.c: lua_sethook on the main
+ * thread's Lua state, the prompt's EINTR). Returns 0 on the main thread, or when none was recorded.
+ * fl_signal_on_main_thread: whether the caller is that thread (true when none was recorded). */
+void fl_signals_set_main_thread(void);
+int fl_signal_send_to_main(int sig);
+bool fl_signal_on_main_thread(void);
 
 #define FL_TRY(expr) do { fl_status fl__s = (expr); if (fl__s != FL_OK) return fl__s; } while (0)
 

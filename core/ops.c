@@ -570,23 +570,28 @@ static fl_status as_batched(fl_tensor **out, const fl_tensor *t, int nt, const i
  * [5, 6] — where that needs no copy (the batch dims' strides nest), or where the other operand requires grad — and a
  * matrix or vector times a 3-d or larger one through the transposes ([4, 5] @ [3, 5, 6] folds only when the first
  * requires grad: [18, 5] @ [5, 4]); otherwise it expands both batches to their broadcast and runs bmm of [B, n, k]
- * and [B, k, p]. Shapes that do not multiply are recorded as given (the error follows). */
+ * and [B, k, p]. Shapes that do not multiply are recorded as given (the error follows). Returns whether torch's inner
+ * op takes a vector second (aten::mv or aten::dot, which torch counts none for): b a vector, or since stop 102 a
+ * vector times a batch that torch folds (the vector requires grad: [5] @ [3, 5, 6] is aten::mv of [18, 5] and [5]).
+ * The shapes are recorded only with record_shapes. */
 static bool grad_required(const fl_tensor *t) { return t->requires_grad || t->grad_fn != NULL; }
 
-static void matmul_torch_shapes(uint64_t tok, const fl_tensor *a, const fl_tensor *b) {
+static bool matmul_torch_shapes(uint64_t tok, const fl_tensor *a, const fl_tensor *b) {
+    const bool rec = (fl_prof_flags() & FL_PROF_RECORD_SHAPES) != 0;
+#define fl_prof_set_shapes(tok, n, ts) (rec ? fl_prof_set_shapes(tok, n, ts) : (void)0)
     fl_tensor h[2];
     memset(h, 0, sizeof h);
     const fl_tensor *given[2] = { a, b }, *ts[2] = { &h[0], &h[1] };
     int da = a->ndim, db = b->ndim;
-    if (da == 0 || db == 0 || da > FL_MAX_DIMS || db > FL_MAX_DIMS) { fl_prof_set_shapes(tok, 2, given); return; }
+    if (da == 0 || db == 0 || da > FL_MAX_DIMS || db > FL_MAX_DIMS) { fl_prof_set_shapes(tok, 2, given); return db == 1; }
     int64_t K = a->shape[da - 1];
     if (da == 1 && db == 2) {                                                   /* unsqueeze(0).mm */
         h[0].ndim = 2; h[0].shape[0] = 1; h[0].shape[1] = K;
         h[1] = (fl_tensor){ .ndim = 2, .shape = { b->shape[0], b->shape[1] } };
         fl_prof_set_shapes(tok, 2, ts);
-        return;
+        return false;
     }
-    if (da <= 2 && db <= 2) { fl_prof_set_shapes(tok, 2, given); return; }     /* dot, mv, mm */
+    if (da <= 2 && db <= 2) { fl_prof_set_shapes(tok, 2, given); return db == 1; }     /* dot, mv, mm */
     /* should_fold: t1 the larger operand (the second's transpose when it is), t2 the other */
     bool first_larger = da >= db;
     int d1 = first_larger ? da : db, d2 = first_larger ? db : da;
@@ -619,7 +624,7 @@ static void matmul_torch_shapes(uint64_t tok, const fl_tensor *a, const fl_tenso
         else if (first_larger) { h[1].ndim = 2; h[1].shape[0] = small->shape[0]; h[1].shape[1] = small->shape[1]; }
         else { h[1].ndim = 2; h[1].shape[0] = small->shape[1]; h[1].shape[1] = small->shape[0]; }   /* t() */
         fl_prof_set_shapes(tok, 2, ts);
-        return;
+        return d2 == 1;
     }
     /* bmm of the broadcast batches */
     int nba = da > 2 ? da - 2 : 0, nbb = db > 2 ? db - 2 : 0, nbatch;
@@ -627,19 +632,21 @@ static void matmul_torch_shapes(uint64_t tok, const fl_tensor *a, const fl_tenso
     if (fl_broadcast_shape(nba, a->shape, nbb, b->shape, &nbatch, batch) != FL_OK) {
         fl_clear_error();
         fl_prof_set_shapes(tok, 2, given);
-        return;
+        return db == 1;
     }
     for (int i = 0; i < nbatch; i++) Bn *= batch[i];
     h[0] = (fl_tensor){ .ndim = 3, .shape = { Bn, da > 1 ? a->shape[da - 2] : 1, K } };
     h[1] = (fl_tensor){ .ndim = 3, .shape = { Bn, db > 1 ? b->shape[db - 2] : b->shape[0], db > 1 ? b->shape[db - 1] : 1 } };
     fl_prof_set_shapes(tok, 2, ts);
+    return db == 1;
+#undef fl_prof_set_shapes
 }
 
 fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b, fl_dtype cdt, fl_dtype odt) {
     char sa[200], sb[200];
     *out = NULL;
     FL_PROF_SCOPE("matmul");
-    if (fl__prof.tok && (fl_prof_flags() & FL_PROF_RECORD_SHAPES)) matmul_torch_shapes(fl__prof.tok, a, b);
+    const bool torch_mv = fl__prof.tok ? matmul_torch_shapes(fl__prof.tok, a, b) : b->ndim == 1;
     FL_TRY(refuse_fp8(a, "matmul"));
     FL_TRY(refuse_fp8(b, "matmul"));
     FL_TRY(same_device(a, b, "matmul"));
@@ -662,9 +669,9 @@ fl_status fl_matmul_raw(fl_tensor **out, const fl_tensor *a, const fl_tensor *b,
         return FL_ERR(FL_EINVAL, "matmul: batch dims of shapes %s and %s cannot be broadcast together", SHAPE(sa, a), SHAPE(sb, b));
     int64_t B = 1;
     for (int i = 0; i < nbatch; i++) B *= batch[i];
-    /* torch's matmul runs aten::mm or aten::bmm, whose count this is, unless the second operand is a vector: then
-     * aten::dot or aten::mv (addmv_), which torch counts none for */
-    if (b->ndim > 1) FL_PROF_FLOPS(2.0 * (double)B * (double)M * (double)N * (double)K);
+    /* torch's matmul runs aten::mm or aten::bmm, whose count this is, unless its second operand is a vector: then
+     * aten::dot or aten::mv (addmv_), which torch counts none for (matmul_torch_shapes) */
+    if (!torch_mv) FL_PROF_FLOPS(2.0 * (double)B * (double)M * (double)N * (double)K);
     int64_t oshape[FL_MAX_DIMS + 2];
     int no = 0;
     for (int i = 0; i < nbatch; i++) oshape[no++] = batch[i];

@@ -25,11 +25,33 @@ static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in)
  * minimum), g/2 where they tie, g otherwise (a NaN on either side included: both operands get it all). */
 /* out = v where m is nonzero, +0 elsewhere: a selection, not v·m, so that an inf or NaN in the gradient stays out of
  * the elements that did not take it (torch's masked_fill and where in these backwards) */
+/* with_flops: fp8lab runs one op of torch's as several (x·x for torch's x.pow(2), where's select and its +0 for
+ * at::where, a product of two masks for a logical and): a scope named as torch's op holds them, so an autograd node
+ * that counts its products (node_counts_flops, core/autograd.c) counts none there, as torch counts none for aten::pow,
+ * aten::where or aten::logical_and (stop 102). The ops inside stay the same, bit for bit. */
+#define AS_TORCH_OP(name, ...) FL_PROF_SCOPE(name); FL_PROF_SHAPES(__VA_ARGS__)
+
 static fl_status masked_grad(fl_tensor **out, const fl_tensor *m, const fl_tensor *v) {
+    AS_TORCH_OP("where", m, NULL, v);   /* torch's at::where(cond, zeros, v) */
     fl_tensor *u = NULL;
     fl_status st = fl_binary_raw(&u, FL_OP_WHERE, m, v);
     if (st == FL_OK) st = fl_binary_scalar_raw(out, FL_OP_ADD, u, 0.0, false);   /* -0 + 0 = +0 */
     fl_tensor_release(u);
+    return st;
+}
+
+/* torch's sgn(x): ±1, and +0 at a NaN and at ±0 (fp8lab's sign gives NaN and ±0 there). The +0 comes from adding
+ * +0, which turns only -0 into +0. One event, torch's aten::sgn (with_flops: its add counts none). */
+static fl_status torch_sgn(fl_tensor **out, const fl_tensor *x) {
+    AS_TORCH_OP("sgn", x);
+    fl_tensor *sg = NULL, *ok = NULL, *w = NULL;
+    fl_status st = fl_unary_raw(&sg, FL_OP_SIGN, x);
+    if (st == FL_OK) st = fl_binary_raw(&ok, FL_OP_EQ, x, x);
+    if (st == FL_OK) st = fl_binary_raw(&w, FL_OP_WHERE, ok, sg);   /* sg where x == x, -0 elsewhere */
+    if (st == FL_OK) st = fl_binary_scalar_raw(out, FL_OP_ADD, w, 0.0, false);
+    fl_tensor_release(sg);
+    fl_tensor_release(ok);
+    fl_tensor_release(w);
     return st;
 }
 
@@ -140,7 +162,8 @@ static fl_status pow_exponent_grad(fl_tensor **out, const fl_tensor *g, const fl
     if (st == FL_OK) st = fl_binary_raw(&p, FL_OP_MUL, r, la);
     if (st == FL_OK) st = fl_binary_scalar_raw(&za, FL_OP_EQ, a, 0.0, false);
     if (st == FL_OK) st = fl_binary_scalar_raw(&nb, FL_OP_GE, b, 0.0, false);
-    if (st == FL_OK) st = fl_binary_raw(&c, FL_OP_MUL, za, nb);                   /* 1 where a = 0 and b >= 0 */
+    if (st == FL_OK) { AS_TORCH_OP("logical_and", za, nb);
+                       st = fl_binary_raw(&c, FL_OP_MUL, za, nb); }                /* 1 where a = 0 and b >= 0 */
     if (st == FL_OK) st = fl_binary_scalar_raw(&m, FL_OP_SUB, c, 1.0, true);      /* 1 − c */
     if (st == FL_OK) st = masked_grad(&d, m, p);
     if (st == FL_OK) st = fl_binary_raw(out, FL_OP_MUL, g, d);
@@ -190,9 +213,12 @@ static fl_status binary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         case FL_OP_POW:   /* d(a^b)/da = b·a^(b-1), 0 where b = 0 (torch's rule: 0·a^-1 would be NaN at a = 0, so
                            * the exponent there is b - 1 + 1 = 0); d(a^b)/db = a^b·ln a, 0 where a = 0 and b >= 0 */
             if (i == 1) { st = pow_exponent_grad(&t, g, a, b); break; }
-            st = fl_binary_scalar_raw(&u, FL_OP_EQ, b, 0.0, false);
-            if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_ADD, b, u);
-            if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_scalar_raw(&u, FL_OP_SUB, v, 1.0, false); }
+            {   /* b - 1, 0 where b = 0: torch's exponent - 1 (aten::sub; its where(exponent == 0, ...) at the end) */
+                AS_TORCH_OP("sub", b, NULL, NULL);
+                st = fl_binary_scalar_raw(&u, FL_OP_EQ, b, 0.0, false);
+                if (st == FL_OK) st = fl_binary_raw(&v, FL_OP_ADD, b, u);
+                if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_scalar_raw(&u, FL_OP_SUB, v, 1.0, false); }
+            }
             if (st == FL_OK) { fl_tensor_release(v); v = NULL; st = fl_binary_raw(&v, FL_OP_POW, a, u); }
             if (st == FL_OK) { fl_tensor_release(u); u = NULL; st = fl_binary_raw(&u, FL_OP_MUL, v, b); }
             if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_MUL, g, u);
@@ -592,9 +618,10 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         fl_tensor_release(t);
         return st;
     }
-    case FL_OP_ABS: {   /* sign(x)·g: 0 at x = 0 as in PyTorch, NaN at NaN */
+    case FL_OP_ABS: {   /* g·sgn(x), torch's: +0·g at x = ±0 and at a NaN (until stop 102 sign(x)·g: NaN at a NaN,
+                         * -0·g at -0), so the 1-norm's gradient (norm, dist, pairwise_distance) is 0 at a NaN */
         fl_tensor *sg = NULL;
-        fl_status st = fl_unary_raw(&sg, FL_OP_SIGN, x);
+        fl_status st = torch_sgn(&sg, x);
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, g, sg);
         fl_tensor_release(sg);
         return st;
@@ -639,9 +666,9 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         else if (op == FL_OP_COS) {
             st = fl_unary_raw(&u, FL_OP_SIN, x);
             if (st == FL_OK) st = fl_unary_raw(&t, FL_OP_NEG, u);
-        } else if (op == FL_OP_ERF) {
-            st = fl_binary_raw(&u, FL_OP_MUL, x, x);
-            if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_MUL, u, -1.0, false);
+        } else if (op == FL_OP_ERF) {   /* torch's 2/√π·exp(-(x.pow(2)))·g: x² its aten::pow, -x² its aten::neg */
+            { AS_TORCH_OP("pow", x, NULL); st = fl_binary_raw(&u, FL_OP_MUL, x, x); }
+            if (st == FL_OK) st = fl_unary_raw(&t, FL_OP_NEG, u);
             if (st == FL_OK) { fl_tensor_release(u); u = t; t = NULL; st = fl_unary_raw(&t, FL_OP_EXP, u); }
             if (st == FL_OK) { fl_tensor_release(u); u = t; t = NULL;
                                st = fl_binary_scalar_raw(&t, FL_OP_MUL, u, 1.1283791670955126, false); }   /* 2/√π */
@@ -667,8 +694,8 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     case FL_OP_EXP2: {    /* g·y·ln 2, from the output */
         fl_tensor *t = NULL, *u = NULL;
         fl_status st;
-        if (op == FL_OP_TAN) {
-            st = fl_binary_raw(&u, FL_OP_MUL, x, x);
+        if (op == FL_OP_TAN) {   /* g·(1 + y.pow(2)): y² torch's aten::pow */
+            { AS_TORCH_OP("pow", x, NULL); st = fl_binary_raw(&u, FL_OP_MUL, x, x); }
             if (st == FL_OK) st = fl_binary_scalar_raw(&t, FL_OP_ADD, u, 1.0, false);
         } else {
             st = fl_binary_scalar_raw(&t, FL_OP_MUL, x, 0.6931471805599453, false);
@@ -815,17 +842,9 @@ static fl_status extreme_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     if (st == FL_OK) { fl_tensor_release(t); t = NULL; st = fl_binary_raw(&t, FL_OP_MUL, m2, q); }
     if (st == FL_OK) st = masked_grad(&res, m2, t);   /* not m2·q: an inf or NaN g stays off the other elements */
     if (st == FL_OK && op == FL_OP_AMAX) {
-        /* torch's sgn(x): ±1, and +0 at a NaN and at ±0 (the inf-norm's gradient in a slice holding a NaN is 0
-         * there, where it was NaN until stop 99, and +0 as torch's since stop 101: where's fill and sign(-0) made it
-         * -0). The +0 comes from adding +0, which turns only -0 into +0. */
-        fl_tensor *sg = NULL, *ok = NULL, *w = NULL;
-        st = fl_unary_raw(&sg, FL_OP_SIGN, x);
-        if (st == FL_OK) st = fl_binary_raw(&ok, FL_OP_EQ, x, x);
-        if (st == FL_OK) st = fl_binary_raw(&w, FL_OP_WHERE, ok, sg);   /* sg where x == x, -0 elsewhere */
-        if (st == FL_OK) st = fl_binary_scalar_raw(&s, FL_OP_ADD, w, 0.0, false);
-        fl_tensor_release(sg);
-        fl_tensor_release(ok);
-        fl_tensor_release(w);
+        /* torch's sgn(x) (the inf-norm's gradient in a slice holding a NaN is 0 there, where it was NaN until stop
+         * 99, and +0 as torch's since stop 101: where's fill and sign(-0) made it -0) */
+        st = torch_sgn(&s, x);
         if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_MUL, res, s);
     } else if (st == FL_OK) {
         gin[0] = res;

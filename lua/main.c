@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -142,21 +141,13 @@ static void lstop(lua_State *L, lua_Debug *ar) {
 /* The thread that runs Lua (main's), whose Lua state and stack only it may touch. Linux hands a signal sent to the
  * process to any thread that does not block it (the main one first, another where the main one has a signal
  * pending), and tgkill aims one at a thread: a SIGINT that lands on another thread (an OpenMP worker, a library's
- * own thread) is sent on to the main thread and goes no further there. Until stop 101 the worker ran laction itself:
+ * own thread) is sent on to the main thread and goes no further there (fl_signal_send_to_main, core/error.c, where
+ * test_core's signal_forward test aims SIGINTs at OpenMP workers). Until stop 101 the worker ran laction itself:
  * lua_sethook walked the main thread's Lua call frames while that thread ran and changed them, and without an
  * alternate stack of its own the handler's frame landed where oneDNN's JIT kernels keep data below the worker's
  * stack pointer (use_signal_stack). */
-static pid_t main_tid;
-static int sent_to_main(int sig) {
-    if (main_tid == 0 || (pid_t)syscall(SYS_gettid) == main_tid) return 0;
-    int saved = errno;
-    syscall(SYS_tgkill, (pid_t)getpid(), main_tid, sig);
-    errno = saved;
-    return 1;
-}
-
 static void laction(int sig) {
-    if (sent_to_main(sig)) return;
+    if (fl_signal_send_to_main(sig)) return;
     signal(sig, SIG_DFL);
     got_sigint = 1;
     fl_interrupt_set();
@@ -167,13 +158,13 @@ static void laction(int sig) {
  * where oneDNN's JIT kernels keep data below the stack pointer, and a Ctrl-C during a matmul corrupted the heap
  * (about half of 20 interrupts of a matmul-tanh loop aborted in free). One for the main thread (mem NULL: a static
  * one), which Linux hands a process's signal to first, and since stop 101 one for each OpenMP worker, which runs the
- * same kernels and takes a signal the main thread could not (sent_to_main sends it on from there); one already set
+ * same kernels and takes a signal the main thread could not (fl_signal_send_to_main sends it on from there); one already set
  * up (a sanitizer's) is kept. A worker's stack is allocated; where that fails it goes without. */
 static void use_signal_stack(void) {
     stack_t cur;
     if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return;
     static char mem[256 * 1024];
-    const bool main_thread = (pid_t)syscall(SYS_gettid) == main_tid;
+    const bool main_thread = fl_signal_on_main_thread();
     const size_t n = main_thread ? sizeof mem : 64 * 1024;   /* (the frame with AMX's state is about 12 KiB) */
     void *p = main_thread ? mem : malloc(n);
     if (!p) return;
@@ -510,7 +501,7 @@ static volatile sig_atomic_t prompt_interrupted = 0;
 static int interactive = 0;  /* stdin is a terminal: show banner and prompts */
 
 static void prompt_sigint(int sig) {
-    if (sent_to_main(sig)) return;   /* the main thread's read() must see EINTR */
+    if (fl_signal_send_to_main(sig)) return;   /* the main thread's read() must see EINTR */
     prompt_interrupted = 1;
 }
 
@@ -1016,7 +1007,7 @@ int main(int argc, char **argv) {
     int bad = check_omp_threads();
     if (!bad) bad = set_cpu_isa();
     if (bad) return bad;
-    main_tid = (pid_t)syscall(SYS_gettid);
+    fl_signals_set_main_thread();
     start_omp_team();
     /* A write past a file-size limit (ulimit -f, a site's quota) raises SIGXFSZ, whose default kills the process in
      * the middle of a save: ignored, the write fails with EFBIG instead and the writer reports it (the atomic

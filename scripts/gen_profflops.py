@@ -9,7 +9,11 @@ grouped by input shape ({key, shapes, flops}), and the table's FLOPs column (its
 It also writes tests/data/profcost_torch.lua (stop 101, tests/spec/profcost_spec.lua): the same for the programs of
 gaps() — the backwards of div, pow and the unary ops whose formulas torch writes with aten::mul or aten::add, and
 matmul's folded operands (with an operand that requires grad, a non-contiguous batch, a vector first), and
-torch._scaled_mm (none: fp8lab's FP8 GEMM keeps 2·M·N·K, docs/lua-api.md).
+torch._scaled_mm (none: fp8lab's FP8 GEMM keeps 2·M·N·K, docs/lua-api.md); since stop 102 also the backwards of 0 ** x,
+a tensor to a tensor's power, erf and tan, and those fp8lab counts otherwise (left_backward: 2 / x, asin, acos, dot,
+a matrix times a vector). torch._scaled_mm's count is the host's: on the Intel AMX host that wrote the committed
+scaled_mm records none; on an AMD Zen 3 (stop 102) torch's CPU _scaled_mm ran as aten::mm of the decoded operands and
+two aten::mul (68,096 FLOPs), so a run there keeps the committed scaled_mm records (put them back after regenerating).
 Run from the repository root with a PyTorch 2.x:
     /opt/torch2/bin/python3 scripts/gen_profflops.py"""
 
@@ -225,6 +229,34 @@ def gaps(dt):
               torch.tanh, torch.sigmoid]
         xs = [pos(4, 8) for _ in fs]
         return lambda: [f(x).sum().backward() for f, x in zip(fs, xs)]
+
+    @prog("pow_tensor_backward")
+    def _():
+        # stop 102: 0 ** x (PowBackward2 at a zero base: grad * where(cond, 0, result * log 0), two aten::mul) and a
+        # tensor to a tensor's power (PowBackward1: grad * (exponent * self.pow(exponent - 1)) and grad * where(...,
+        # result * self.log()): four aten::mul)
+        b, c, d = r(4, 8, grad=True, dt=dt), pos(4, 8), r(4, 8, grad=True, dt=dt)
+        return lambda: ((0 ** b).sum().backward(), (c ** d).sum().backward())
+
+    @prog("erf_tan_backward")
+    def _():
+        # stop 102: erf's 2/sqrt(pi) * exp(-(self.pow(2))) * grad (two aten::mul) and tan's grad * (1 + result.pow(2))
+        # (aten::add, aten::mul): aten::pow and aten::neg count none
+        x, y = (torch.rand(4, 8) * 0.8 + 0.1).to(dt).requires_grad_(), (torch.rand(4, 8) * 0.8 + 0.1).to(dt).requires_grad_()
+        return lambda: (torch.erf(x).sum().backward(), torch.tan(y).sum().backward())
+
+    @prog("left_backward")
+    def _():
+        # stop 102, counted differently in fp8lab (docs/robustness.md, "The profiler's last FLOPs, the norms' edges
+        # (stop 102)"): 2 / x (ReciprocalBackward0's two products and MulBackward0's), asin and acos (three each),
+        # dot (DotBackward0: the 0-d grad times each vector, 1 FLOP each), M @ v (MvBackward0: grad.ger(vec), an
+        # aten::mul of grad's size, and an uncounted aten::mv)
+        a = r(4, 8, grad=True, dt=dt)
+        xs, xc = (torch.rand(4, 8) * 0.8 + 0.1).to(dt).requires_grad_(), (torch.rand(4, 8) * 0.8 + 0.1).to(dt).requires_grad_()
+        u, w = r(5, grad=True, dt=dt), r(5, grad=True, dt=dt)
+        m, v = r(6, 5, grad=True, dt=dt), r(5, grad=True, dt=dt)
+        return lambda: ((2 / a).sum().backward(), torch.asin(xs).sum().backward(), torch.acos(xc).sum().backward(),
+                        torch.dot(u, w).backward(), (m @ v).sum().backward())
 
     @prog("matmul_folded")
     def _():

@@ -351,7 +351,10 @@ M.cdist = at_caller(function(a, b, p, ...)
     if not ad:requires_grad() then return count end
     return where(T.ones_like(count), count, diff:sum(-1))
   end
-  if p == 1 then return ad:sum(-1) end
+  -- torch's cdist at p = 1 has a NaN gradient at a NaN coordinate (its kernel's sign of the difference), where abs's
+  -- backward gives torch's sgn, 0, since stop 102: sign(d)·d is |d| (±0 to +0, NaN at NaN) and its gradient sign(d)
+  -- (sign's own is zero), NaN there
+  if p == 1 then return (diff:requires_grad() and diff:sign() * diff or ad):sum(-1) end
   return T._norm_rescaled(diff, -1, function(v)   -- Σ|d|^p out of range: d scaled first
     local s = p == 2 and (v * v):sum(-1) or T._abs_pow(v:abs(), p):sum(-1)
     return T._root(s, p), s

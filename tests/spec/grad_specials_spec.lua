@@ -44,9 +44,9 @@ local UPSTREAM = { g1 = function() return fp8.ones(N) end, gnan = function() ret
 
 -- fp8lab's value where it differs from torch's on purpose: [key][index of XS] = fp8lab's value
 local DIFFERS = {
-  -- sign(NaN) and |x|'s gradient at NaN: NaN, as C's and NumPy's (torch's sign(NaN) is 0, so its |x|' is 0 there)
+  -- sign(NaN): NaN, as C's and NumPy's (torch's sign(NaN) is 0); |x|'s gradient at NaN is torch's 0 since stop 102
+  -- (g·sgn(x); it was NaN)
   sign = { [1] = NAN },
-  abs_g1 = { [1] = NAN }, abs_gnegzero = { [1] = NAN },
   -- a NaN input to hardtanh, relu6, softshrink and hardshrink passes the upstream gradient, as ReLU's does in
   -- both (torch's backward of these four gives 0 there)
   hardtanh_g1 = { [1] = 1 }, hardtanh_gnan = { [1] = NAN }, relu6_g1 = { [1] = 1 }, relu6_gnan = { [1] = NAN },

@@ -54,6 +54,29 @@ P.matmul_folded = function(dt)
   end
 end
 
+-- stop 102's programs (scripts/gen_profflops.py's gaps())
+P.pow_tensor_backward = function(dt)
+  local b, c, d = r({ 4, 8 }, dt, true), pos({ 4, 8 }, dt), r({ 4, 8 }, dt, true)
+  return function() (0 ^ b):sum():backward(); (c ^ d):sum():backward() end
+end
+local function in01(dt)   -- a leaf in [0.1, 0.9] (asin's and acos's domain, tan's well-behaved range)
+  local t = fp8.rand({ 4, 8 }) * 0.8 + 0.1
+  if dt == "bf16" then t = t:to("bf16") end
+  return t:requires_grad_()
+end
+P.erf_tan_backward = function(dt)
+  local x, y = in01(dt), in01(dt)
+  return function() x:erf():sum():backward(); y:tan():sum():backward() end
+end
+P.left_backward = function(dt)
+  local a, xs, xc = r({ 4, 8 }, dt, true), in01(dt), in01(dt)
+  local u, w, m, v = r({ 5 }, dt, true), r({ 5 }, dt, true), r({ 6, 5 }, dt, true), r({ 5 }, dt, true)
+  return function()
+    (2 / a):sum():backward(); xs:asin():sum():backward(); xc:acos():sum():backward(); u:dot(w):backward()
+    m:matmul(v):sum():backward()
+  end
+end
+
 local function profile(work)
   local prof = fp8.profiler.profile { with_flops = true, record_shapes = true }
   prof:start()
@@ -90,7 +113,8 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
     for program in pairs(P) do assert.truthy(case_of(ref, program, "f32"), program) end
   end)
   for _, dt in ipairs { "f32", "bf16" } do
-    for _, program in ipairs { "div_backward", "pow_backward", "unary_backward" } do
+    for _, program in ipairs { "div_backward", "pow_backward", "unary_backward", "pow_tensor_backward",
+                               "erf_tan_backward" } do
       it(("%s (%s): the window's FLOPs and the ops that carry them, as torch's"):format(program, dt), function()
         fp8.manual_seed(0)
         local case = case_of(ref, program, dt)
@@ -103,7 +127,7 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
     end
   end
   it("div's and pow's rows by input shape are torch's", function()
-    for _, program in ipairs { "div_backward", "pow_backward" } do
+    for _, program in ipairs { "div_backward", "pow_backward", "pow_tensor_backward", "erf_tan_backward" } do
       fp8.manual_seed(0)
       assert.are.equal(want_shaped(case_of(ref, program, "f32")), got_shaped(profile(P[program]("f32"))), program)
     end
@@ -122,6 +146,45 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
       sum = sum + per[f] * 32
     end
     assert.are.equal(case_of(ref, "unary_backward", "f32").total, sum)   -- (the table is torch's)
+  end)
+end)
+
+describe("the backwards fp8lab counts otherwise than torch (stop 102, each for a documented reason)", function()
+  -- docs/robustness.md, "The profiler's last FLOPs, the norms' edges (stop 102)": fp8lab's formulas for 2 / x
+  -- (-s·((g/x)/x): two divisions where torch's reciprocal multiplies r·r), asin and acos (g / √(1 − x²), where torch
+  -- multiplies by rsqrt) run divisions torch's profiler would not count, so their nodes count none; dot's backward is
+  -- (t * y):sum()'s (the expanded gradient times each vector: 2·n), and a matrix times a vector's is matmul's two
+  -- GEMMs (2·M·K each) where torch's MvBackward0 counts grad.ger(vec) as an aten::mul of M
+  it("torch's rows, and fp8lab's total as documented", function()
+    for _, dt in ipairs { "f32", "bf16" } do
+      local case = case_of(ref, "left_backward", dt)
+      assert.are.equal(328, case.total)   -- torch: 96 (2 / x's backward) + 32 (its forward) + 2 × 96 + 2 + 6
+      fp8.manual_seed(0)
+      local prof = profile(P.left_backward(dt))
+      -- fp8lab: the forward's 2 / x (32, torch's aten::mul), dot's 2 × 5, the matmul backward's 2 × 60
+      assert.are.equal("div: 1 calls, 32 FLOPs; matmul: 2 calls, 120 FLOPs; mul: 2 calls, 10 FLOPs", show(got_rows(prof)), dt)
+    end
+  end)
+end)
+
+describe("a vector times a batch that torch folds into aten::mv counts none (stop 102)", function()
+  it("[5] @ [3, 5, 6] with the vector requiring grad: aten::mv of [18, 5] and [5], no FLOPs; without: bmm's 180", function()
+    local v, B = r({ 5 }, "f32", true), r({ 3, 5, 6 })
+    local prof = profile(function() return v:matmul(B) end)
+    assert.are.equal("matmul [[18, 5], [5]] = 0", (function()
+      for _, row in ipairs(prof:key_averages { group_by_input_shape = true }) do
+        if row.key == "matmul" then return ("%s %s = %d"):format(row.key, row.input_shapes, math.tointeger(row.flops)) end
+      end
+    end)())
+    local v2 = r({ 5 })
+    prof = profile(function() return v2:matmul(B) end)
+    assert.are.equal("matmul [[3, 1, 5], [3, 5, 6]] = 180", got_shaped(prof))
+    -- and without record_shapes the count is the same
+    local p2 = fp8.profiler.profile { with_flops = true }
+    p2:start(); local _ = v:matmul(B); p2:stop()
+    local n = 0
+    for _, e in ipairs(p2:events()) do n = n + (e.flops or 0) end
+    assert.are.equal(0, math.tointeger(n))
   end)
 end)
 
