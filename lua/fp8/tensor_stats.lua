@@ -406,14 +406,20 @@ local function cdist_fn()
   return CDIST
 end
 
--- torch's cdist, refusals and autocast first; chunk elements settable for the tests (fp8._cdist_chunk(n) -> the old)
-function M._cdist_chunk(n)
+-- fp8._cdist_chunk(n, fn, ...) -> fn(...)'s results, with n elements a chunk while fn runs (the tests' chunks of a few
+-- rows); the chunk as it was after, fn's error or not (a setting that stayed would slow every later cdist: the API
+-- sweep calls underscore functions too)
+function M._cdist_chunk(n, fn, ...)
   if math.type(n) ~= "integer" or n < 1 then
     error(("_cdist_chunk: expected an integer >= 1 (elements of a chunk's differences), got %s"):format(got(n)), 2)
   end
+  if type(fn) ~= "function" then error(("_cdist_chunk: expected a function to run, got %s"):format(got(fn)), 2) end
   local old = CDIST_CHUNK
   CDIST_CHUNK = n
-  return old
+  local res = table.pack(pcall(fn, ...))
+  CDIST_CHUNK = old
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
 end
 
 -- cdist(x1 [.., P, M], x2 [.., R, M] [, p=2]): the p-norm distance of every row pair, [.., P, R]; computed directly

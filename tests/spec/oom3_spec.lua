@@ -81,12 +81,12 @@ describe("cdist by chunks of x1's rows", function()
       local a0, b0 = fp8.randn { 7, 5 }, fp8.randn { 6, 5 }
       local w = fp8.randn { 7, 6 }
       local function run(chunk)
-        local old = fp8._cdist_chunk(chunk)
         local a, b = a0:clone():requires_grad(true), b0:clone():requires_grad(true)
-        local ok, d = pcall(fp8.cdist, a, b, p)
-        if ok then ok, d = pcall(function() (d * w):sum():backward() return d end) end
-        fp8._cdist_chunk(old)
-        assert(ok, d)
+        local d = fp8._cdist_chunk(chunk, function()
+          local d = fp8.cdist(a, b, p)
+          ;(d * w):sum():backward()
+          return d
+        end)
         return d:tolist(), a.grad:tolist(), b.grad:tolist()
       end
       local d1, ga1, gb1 = run(1 << 30)
@@ -113,9 +113,14 @@ describe("cdist by chunks of x1's rows", function()
     end)
   end
 
-  it("refuses a chunk size that is not a positive integer", function()
-    assert.has_error(function() fp8._cdist_chunk(0) end,
+  it("refuses a chunk size that is not a positive integer, and keeps none after its function", function()
+    assert.has_error(function() fp8._cdist_chunk(0, print) end,
       "_cdist_chunk: expected an integer >= 1 (elements of a chunk's differences), got 0")
+    assert.has_error(function() fp8._cdist_chunk(1, function() error("boom", 0) end) end, "boom")
+    -- after it, a cdist under the default chunk is one chunk again: its backward's graph is the whole one's
+    local a = fp8.randn{3, 2}:requires_grad(true)
+    local d = fp8.cdist(a, fp8.randn{4, 2})
+    assert.are_not.equal("Cdist", tostring(d.grad_fn):match("Cdist"))
   end)
 
   -- [1024, 64] and [512, 64]: 128 MiB a copy of the differences, of which the whole graph held several (VmPeak 1.11
