@@ -9,7 +9,15 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+
+/* Address space held from each synchronising backward's start and given back before a failed one's collectives
+ * (fl_ddp_finish): a process whose backward ran out of memory still has to run them, and MPI's non-blocking
+ * all-reduce allocates inside (under `ulimit -v` with the space taken, MPI_Iallreduce failed, MPI_ERR_INTERN, and the
+ * other process waited in its bucket's all-reduce until the process group's timeout: stop 102). PROT_NONE and
+ * MAP_NORESERVE: what RLIMIT_AS counts, no memory. */
+#define DDP_RESERVE ((size_t)16 << 20)
 
 typedef struct {
     bool fp8;                 /* one FP8-gradient parameter */
@@ -36,7 +44,19 @@ struct fl_ddp {
     fl_ddp_stats stats;
     bool armed;
     struct { fl_tensor *p; int i; } *lookup;   /* sorted by pointer */
+    void *reserve;            /* DDP_RESERVE bytes of address space, or NULL */
 };
+
+static void reserve_take(fl_ddp *d) {
+    if (d->reserve) return;
+    void *p = mmap(NULL, DDP_RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    d->reserve = p == MAP_FAILED ? NULL : p;
+}
+
+static void reserve_give(fl_ddp *d) {
+    if (d->reserve) munmap(d->reserve, DDP_RESERVE);
+    d->reserve = NULL;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -66,6 +86,7 @@ void fl_ddp_free(fl_ddp *d) {
     bool inflight = false;
     for (int k = 0; k < d->nitems; k++) if (d->items[k].req) inflight = true;
     if (d->armed) fl_autograd_set_grad_ready_hook(NULL, NULL);
+    reserve_give(d);
     for (int i = 0; i < d->n; i++) { fl_tensor_release(d->params[i]); free(d->names ? d->names[i] : NULL); }
     /* a collective still in flight (after a failed backward) may write its buffer: leave it to MPI */
     if (!inflight) for (int k = 0; k < d->nitems; k++) free(d->items[k].buf);
@@ -187,36 +208,46 @@ static int64_t count_saturated(const uint8_t *b, int64_t n, fl_dtype fmt) {
     return k;
 }
 
+/* The item's collectives are issued whatever its packing met (out of memory, a gradient it cannot read): the buffer
+ * then holds zeros, the packing's error is returned and the backward fails on this process, which fl_ddp_finish's
+ * flag makes an error on every process; a packing error that returned before the collectives (until stop 102) left
+ * the other processes waiting in them. */
 static fl_status start_item(fl_ddp *d, item *it) {
     double t0 = now_s();
     float inv_n = 1.0f / (float)fl_dist_size();
-    fl_status st = FL_OK;
+    fl_status st = FL_OK, pack = FL_OK;
+    const size_t wbytes = (size_t)(it->numel ? it->numel : 1) * (it->fp8 ? 1 : it->wire == FL_F32 ? 4 : 2);
     if (!it->fp8) {
         float *tmp = NULL;
         if (it->wire != FL_F32 && !(tmp = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *tmp)))
-            return FL_ERR(FL_ENOMEM, "ddp: out of memory packing a bucket");
+            pack = FL_ERR(FL_ENOMEM, "ddp: out of memory packing a bucket");
         float *dst = it->wire == FL_F32 ? it->buf : tmp;
         int64_t off = 0;
-        for (int k = it->first; k < it->first + it->count && st == FL_OK; k++) {
+        for (int k = it->first; k < it->first + it->count && pack == FL_OK; k++) {
             const fl_tensor *p = d->params[d->order[k]];
-            st = grad_f32(p, dst + off, inv_n);    /* divided before the sum, as PyTorch's Reducer */
+            pack = grad_f32(p, dst + off, inv_n);    /* divided before the sum, as PyTorch's Reducer */
             off += fl_tensor_numel(p);
         }
-        if (st == FL_OK && it->wire == FL_F16) fl_f32_to_f16_n(tmp, it->buf, (size_t)it->numel);
-        if (st == FL_OK && it->wire == FL_BF16) fl_f32_to_bf16_n(tmp, it->buf, (size_t)it->numel);
+        if (pack == FL_OK && it->wire == FL_F16) fl_f32_to_f16_n(tmp, it->buf, (size_t)it->numel);
+        if (pack == FL_OK && it->wire == FL_BF16) fl_f32_to_bf16_n(tmp, it->buf, (size_t)it->numel);
         free(tmp);
-        if (st == FL_OK) st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
+        if (pack != FL_OK) memset(it->buf, 0, wbytes);
+        st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
         d->stats.wire_bytes += it->numel * (it->wire == FL_F32 ? 4 : 2);
     } else {
         /* FP8: shared power-of-two scale from the MAX-reduced amax, grad/N cast with it, bytes summed. */
         const fl_tensor *p = d->params[d->order[it->first]];
         float *v = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *v);
-        if (!v) return FL_ERR(FL_ENOMEM, "ddp: out of memory packing an FP8 gradient");
-        st = grad_f32(p, v, 1.0f);
-        /* a NaN anywhere makes the amax infinite, as an infinity does (fl_amax_f32 itself ignores NaNs) */
-        float amax = st == FL_OK ? (has_nan(v, it->numel) ? INFINITY : fl_amax_f32(v, (size_t)it->numel)) : 0.0f;
-        if (st == FL_OK) st = fl_dist_allreduce(&amax, 1, FL_F32, FL_RED_MAX);
-        if (st == FL_OK) {
+        if (!v) pack = FL_ERR(FL_ENOMEM, "ddp: out of memory packing an FP8 gradient");
+        if (pack == FL_OK) pack = grad_f32(p, v, 1.0f);
+        /* a NaN anywhere makes the amax infinite, as an infinity does (fl_amax_f32 itself ignores NaNs); a packing
+         * that failed takes part with 0 */
+        float amax = pack == FL_OK ? (has_nan(v, it->numel) ? INFINITY : fl_amax_f32(v, (size_t)it->numel)) : 0.0f;
+        st = fl_dist_allreduce(&amax, 1, FL_F32, FL_RED_MAX);
+        if (st == FL_OK && pack != FL_OK) {
+            it->scale = 1.0f;
+            memset(it->buf, 0, wbytes);
+        } else if (st == FL_OK) {
             it->scale = isfinite(amax) ? fl_scale_for(amax, it->wire, 0, true, 1.0f) : 1.0f;
             fl_cast_stats cs;
             if (!isfinite(amax)) for (int64_t j = 0; j < it->numel; j++) v[j] = NAN;   /* every rank sees the overflow */
@@ -229,17 +260,27 @@ static fl_status start_item(fl_ddp *d, item *it) {
         d->stats.wire_bytes += it->numel + 4;
     }
     d->stats.comm_s += now_s() - t0;
-    it->started = true;
-    return st;
+    /* not started where the collective itself failed (MPI_Iallreduce answered MPI_ERR_INTERN with the address space
+     * taken): fl_ddp_finish issues it again, with DDP_RESERVE given back; counted as started, it was never issued
+     * here and the other processes waited in it, or Open MPI's libnbc crashed in its progress (stop 102) */
+    it->started = st == FL_OK;
+    return st != FL_OK ? st : pack;
 }
 
 /* Start every item, in order, whose parameters are all ready. */
 static fl_status start_ready(fl_ddp *d, bool in_backward) {
+    /* every ready item is started, and counted as started, even where one's packing failed (start_item issued its
+     * collectives): stopping there left the rest unstarted here and started on the other processes; one whose
+     * collective failed stays the next (not issued) */
+    fl_status first = FL_OK;
     while (d->next < d->nitems && d->items[d->next].pending == 0) {
-        FL_TRY(start_item(d, &d->items[d->next]));
+        fl_status s = start_item(d, &d->items[d->next]);
+        if (first == FL_OK) first = s;
+        if (!d->items[d->next].started) break;
         if (in_backward) d->stats.early++;
         d->next++;
     }
+    FL_TRY(first);
     /* MPI progresses non-blocking collectives inside MPI calls: poke the started ones */
     for (int k = 0; k < d->next; k++) {
         bool done;
@@ -275,6 +316,7 @@ fl_status fl_ddp_begin(fl_ddp *d) {
     d->stats.fp8_underflow = d->stats.fp8_saturated = d->stats.fp8_n = 0;
     fl_autograd_set_grad_ready_hook(on_ready, d);
     d->armed = true;
+    reserve_take(d);
     return FL_OK;
 }
 
@@ -343,13 +385,19 @@ fl_status fl_ddp_end(fl_ddp *d) { return fl_ddp_finish(d, false); }
  * reduced), else after the buckets (which started during backward). */
 fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
     fl_ddp_cancel(d);
+    if (failed) reserve_give(d);   /* the collectives below need room (DDP_RESERVE) */
     int missing = -1;
     if (!d->o.find_unused && !failed)
         for (int k = 0; k < d->n && missing < 0; k++) if (!d->ready[d->order[k]]) missing = d->order[k];
     int nf = (d->o.find_unused ? d->n : 0) + 1;
-    float *flags = malloc((size_t)nf * sizeof *flags);
-    bool *skip = calloc((size_t)(d->n ? d->n : 1), sizeof *skip);
-    if (!flags || !skip) { free(flags); free(skip); return FL_ERR(FL_ENOMEM, "ddp: out of memory"); }
+    /* (without find_unused the one flag on the stack: nothing to allocate before the collectives) */
+    float flag1, *flags = nf == 1 ? &flag1 : malloc((size_t)nf * sizeof *flags);
+    bool *skip = d->o.find_unused ? calloc((size_t)(d->n ? d->n : 1), sizeof *skip) : NULL;
+    if (!flags || (d->o.find_unused && !skip)) {
+        if (flags != &flag1) free(flags);
+        free(skip);
+        return FL_ERR(FL_ENOMEM, "ddp: out of memory");
+    }
     /* used: a gradient now, whether from this backward or from no_sync / accumulation micro-steps before it (torch
      * marks a parameter used once in a no_sync session); one left out would stay local to a rank */
     if (d->o.find_unused) for (int i = 0; i < d->n; i++) flags[i] = d->params[i]->grad ? 1.0f : 0.0f;
@@ -363,11 +411,12 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
         if (st == FL_OK) st = s2;
     } else {
         st = start_ready(d, false);
+        if (st != FL_OK) flags[nf - 1] = 1.0f;   /* a packing that failed here fails the step everywhere */
         s2 = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
         if (st == FL_OK) st = s2;
     }
     bool any_failed = flags[nf - 1] != 0.0f;
-    free(flags);
+    if (flags != &flag1) free(flags);
     double t0 = now_s();
     for (int k = 0; k < d->nitems; k++) {
         item *it = &d->items[k];

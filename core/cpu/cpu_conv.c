@@ -44,7 +44,9 @@ typedef struct {
     dnnl_memory_desc_t md[7];     /* plain src, weights, dst; the kernel's src, weights, dst; the bias (CV_BWD_WB) */
 } cv_entry;
 
-static struct { cv_entry e[CV_CACHE]; uint64_t tick; } cv;   /* used under fl_cpu_dnnl_acquire's lock */
+/* used under fl_cpu_dnnl_acquire's lock; pin: the entry a conv holds while it makes its last chunk's (cv_chunks),
+ * which fl_cpu_conv_drop_oldest leaves */
+static struct { cv_entry e[CV_CACHE]; uint64_t tick; const cv_entry *pin; } cv;
 
 #define CV_CHECK(call)                                                                                               \
     do { dnnl_status_t s_ = (call);                                                                                  \
@@ -204,6 +206,21 @@ fail:
     if (pd) dnnl_primitive_desc_destroy(pd);
     cv_drop(e);
     return st;
+}
+
+/* The least recently used cached conv primitives (the convolution and its reorders) destroyed, where fl_cpu_dnnl_room
+ * finds no room (stop 102: a conv-heavy run's 16 entries held ~31 MiB of JIT code on AVX2, which a new primitive's
+ * room could not take); not the pinned entry, nor one being made (its used flag is set only once it is whole). */
+bool fl_cpu_conv_drop_oldest(void) {
+    cv_entry *old = NULL;
+    for (int i = 0; i < CV_CACHE; i++) {
+        cv_entry *e = &cv.e[i];
+        if (e->used && !e->unimpl && e != cv.pin && (!old || e->tick < old->tick)) old = e;
+    }
+    if (!old) return false;
+    cv_drop(old);
+    memset(old, 0, sizeof *old);   /* an empty slot: cv_get takes it first */
+    return true;
 }
 
 static fl_status cv_get(cv_entry **out, const cv_key *k, dnnl_engine_t eng) {
@@ -475,7 +492,9 @@ static fl_status cv_chunks(cv_entry *e[2], int64_t *nb, bool *ok, int kind, fl_d
     memcpy(k[1].geo, geo, sizeof k[1].geo);
     e[0] = e[1] = NULL;
     fl_status st = cv_get(&e[0], &k[0], eng);
+    cv.pin = e[0];   /* (the room for e[1] must not drop it) */
     if (st == FL_OK) st = cv_get(&e[1], &k[1], eng);
+    cv.pin = NULL;
     *ok = st == FL_OK && !e[0]->unimpl && !e[1]->unimpl;
     return st;
 }

@@ -8,7 +8,7 @@
  * their address space (cpu_device.c keeps them for reuse), so where the room is missing the conv's kept blocked
  * copies, the device's kept blocks and the free top of the heap are given back first, then oneDNN's primitive cache
  * and the cached matmul primitives one by one, the least recently used first, each followed by the trial again
- * (stop 101). A kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
+ * (stop 101), then the cached conv primitives (stop 102). A kernel whose code outgrows the headroom can still meet the old failure (docs/robustness.md, stop 100). */
 #include "cpu_internal.h"
 #include <dnnl.h>
 #include <malloc.h>
@@ -45,8 +45,8 @@ fl_status fl_cpu_dnnl_room(const char *op, size_t need) {
     /* the primitives' code: oneDNN's own primitive cache keeps every primitive made (its implementation and JIT
      * code) after its handle is destroyed, so it is emptied first (the entries still held, ours, stay alive), then
      * the cached matmul primitives go, the least recently used first (a generate's 32 lengths held ~120 MiB), each
-     * followed by the emptying and the trial again */
-    for (bool more = true; more; more = fl_cpu_matmul_drop_oldest()) {
+     * followed by the emptying and the trial again; then the cached conv primitives the same way (stop 102) */
+    for (bool more = true; more; more = fl_cpu_matmul_drop_oldest() || fl_cpu_conv_drop_oldest()) {
         flush_dnnl_cache();
         if (room_for(n)) return FL_OK;
     }

@@ -119,6 +119,9 @@ void fl_cpu_release_kept(void);
  * none is cached. Under fl_cpu_dnnl_acquire's lock, outside a matmul's run (cpu_matmul.c: no caller holds an entry
  * across the making of another). */
 bool fl_cpu_matmul_drop_oldest(void);
+/* The least recently used cached conv primitives destroyed, as fl_cpu_matmul_drop_oldest; false where none is cached
+ * but the one a conv holds while it makes its other chunk's (cpu_conv.c). */
+bool fl_cpu_conv_drop_oldest(void);
 /* A oneDNN call's status s (a dnnl_status_t) as the core's: FL_OK for success; FL_ENOMEM for out_of_memory, "op: out
  * of memory in oneDNN's <call>" as the core's other out-of-memory errors say it, so that the binding collects and
  * tries once more; FL_EDEVICE naming the call and the status otherwise (cpu_dnnl_create.c). */

@@ -1256,7 +1256,11 @@ function M.install(Accelerator)
         local _, aerr = agreed(false, msg)
         msg = aerr or msg
       end
-      error(unplaced(msg), 2)
+      -- named as save_state's are (an out of memory in a file's read said 'out of memory allocating N bytes on cpu'
+      -- alone until stop 102)
+      msg = unplaced(msg)
+      if not msg:match("^load_state: ") then msg = "load_state: " .. msg end
+      error(msg, 2)
     end
   end
 

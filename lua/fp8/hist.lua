@@ -5,6 +5,10 @@
 local O = require "fp8.opts"
 local fp8 = require "fp8.core"
 
+local unplaced = require("fp8.errfmt").unplaced
+local HIST_CHUNK = 1 << 12   -- bytes read into a Lua table at a time (64 KiB of it: under a finite address-space
+                             -- limit a malloc of 1 MiB or more is a mapping of its own, cpu_device.c, and a full
+                             -- heap's free runs are short)
 local VALID = { "scale", "amax", "margin", "axis", "width", "quiet" }
 
 local function pct(k, n) return n > 0 and 100 * k / n or 0 end
@@ -82,25 +86,45 @@ local function hist(t, fmt, opts, ...)
 
   local f = fp8.format(fmt)
   local mbits, bias = f.mantissa_bits, f.bias
-  local emask, mmask = (1 << f.exp_bits) - 1, (1 << mbits) - 1
+  local emask = (1 << f.exp_bits) - 1
   local maxcode = fp8.encode(f.max, fmt, true) & 0x7F
   local st = q:qstats()
+  -- each code's count (its sign dropped), read HIST_CHUNK bytes at a time: a table of every byte (q:bytes()) took 16
+  -- bytes a value, 64 MiB for a 2048 × 2048 tensor, and where that did not fit the call raised Lua's bare 'not enough
+  -- memory' (stop 102); what still does not fit is named
+  local n = q:numel()
+  local counts = {}
+  local ok, err = pcall(function()
+    local flat = n > 0 and q:reshape({ n }) or nil
+    for s = 1, n, HIST_CHUNK do
+      local bytes = flat:narrow(1, s, math.min(HIST_CHUNK, n - s + 1)):bytes()
+      for i = 1, #bytes do
+        local b = bytes[i] & 0x7F
+        counts[b] = (counts[b] or 0) + 1
+      end
+    end
+  end)
+  if not ok then
+    local msg = unplaced(err)
+    if msg:find("not enough memory", 1, true) or msg:find("out of memory", 1, true) then
+      error(("hist: out of memory reading the %d codes of the %s tensor %s (%s)"):format(n, fmt, q:shape_str(),
+        msg:gsub("^bytes%(?%)?: ", "")), 2)
+    end
+    error(msg, 2)
+  end
   local bins, zero, sub, nan, inf, atmax = {}, 0, 0, 0, 0, 0
-  local bytes = q:bytes()
-  for i = 1, #bytes do
-    local b = bytes[i] & 0x7F
-    local e, m = b >> mbits, b & mmask
-    if b == 0 then zero = zero + 1
-    elseif e == 0 then sub = sub + 1
-    elseif fp8.is_nan_code(b, fmt) then nan = nan + 1
-    elseif f.has_inf and e == emask then inf = inf + 1
+  for b, c in next, counts do
+    local e = b >> mbits
+    if b == 0 then zero = zero + c
+    elseif e == 0 then sub = sub + c
+    elseif fp8.is_nan_code(b, fmt) then nan = nan + c
+    elseif f.has_inf and e == emask then inf = inf + c
     else
       local p = e - bias
-      bins[p] = (bins[p] or 0) + 1
-      if b == maxcode then atmax = atmax + 1 end
+      bins[p] = (bins[p] or 0) + c
+      if b == maxcode then atmax = atmax + c end
     end
   end
-  local n = #bytes
   -- Saturated values (±inf sources among them) were clamped to the max code: shown on their own line, not in
   -- the top binade. Under the IEEE policy they overflowed to NaN or inf codes instead, counted there: the cast's
   -- `saturated` counts both, and the NaN/inf codes not made from a NaN source are those overflows (a saturating

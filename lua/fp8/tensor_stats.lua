@@ -310,25 +310,9 @@ local function cdist_inf()
   return CDIST_INF
 end
 
--- cdist(x1 [.., P, M], x2 [.., R, M] [, p=2]): the p-norm distance of every row pair, [.., P, R]; computed directly
--- (torch's matrix-product shortcut for large p=2 inputs trades digits for speed); a zero distance's gradient is 0
-M.cdist = at_caller(function(a, b, p, ...)
-  no_more("cdist", "(x1, x2 [, p=2])", ...)
-  for i = 1, 2 do   -- (not ipairs{a, b}: it stops at a nil a or b)
-    local v = select(i, a, b)
-    if not core.is_tensor(v) or v:dim() < 2 then
-      error(("cdist: x%d must be a tensor of 2 or more dims [..., rows, features], got %s"):format(i,
-        core.is_tensor(v) and v:shape_str() or got(v)), 2)
-    end
-    -- (refused by the difference's sub as 'sub: e4m3 tensor: ...', naming an op the caller did not call; stop 98)
-    if v:is_fp8() then error(("cdist: x%d is an %s tensor: call :dequantize() first"):format(i, v:dtype()), 2) end
-  end
-  p = p or 2
-  if type(p) ~= "number" or not (p >= 0) then error(("cdist: p must be a number >= 0, got %s"):format(got(p)), 2) end
-  if a:size(-1) ~= b:size(-1) then
-    error(("cdist: x1 %s and x2 %s must have the same number of features"):format(a:shape_str(), b:shape_str()), 2)
-  end
-  a, b = T._autocast_fp32(a, b)   -- fp32 under autocast, as torch's CPU autocast
+-- the distances of a [.., P, M] and b [.., R, M] by the differences [.., P, R, M] (on the graph where an input
+-- requires grad): every pair at once, what cdist computed up to stop 101 (and still does where they fit a chunk)
+local function cdist_of(a, b, p)
   local diff = a:unsqueeze(-2) - b:unsqueeze(-3)   -- [.., P, R, M]
   local ad = diff:abs()
   if p == math.huge then
@@ -359,6 +343,112 @@ M.cdist = at_caller(function(a, b, p, ...)
     local s = p == 2 and (v * v):sum(-1) or T._abs_pow(v:abs(), p):sum(-1)
     return T._root(s, p), s
   end, p)
+end
+
+-- cdist's differences are [.., P, R, M]: the whole of them (and the graph's copies of them, which its backward
+-- read) took 2 GiB of fp32 for [4096, 64] and [2048, 64], refused far earlier than torch's (its _cdist_backward
+-- needs no [P, R, M]). Past CDIST_CHUNK elements of them the rows of x1 go by chunks: each chunk's distances by
+-- cdist_of, the same operations on the same values (so the same bits, row by row); where an input requires grad
+-- the graph keeps x1 and x2 only (fp8.autograd.Function "Cdist") and the backward makes each chunk's differences
+-- again and takes their gradients (x2's summed over the chunks, in chunk order: a different rounding of the same
+-- sum than the whole tensor's). stop 102.
+local CDIST_CHUNK = 1 << 22   -- elements of a chunk's differences (16 MiB of fp32)
+
+-- the rows of x1 a chunk takes (P where the differences fit one chunk)
+local function cdist_rows(a, b)
+  local na, nb = a:dim(), b:dim()
+  local batch = 1   -- the broadcast leading dims' product
+  for i = 3, math.max(na, nb) do
+    local x = i <= na and a:size(na - i + 1) or 1
+    local y = i <= nb and b:size(nb - i + 1) or 1
+    batch = batch * math.max(x, y)
+  end
+  local per = batch * b:size(-2) * math.max(a:size(-1), 1)   -- a row's differences
+  return math.max(1, CDIST_CHUNK // math.max(per, 1))
+end
+
+-- x1's rows s .. s + len - 1 (dim -2)
+local function rows_of(t, s, len) return t:narrow(t:dim() - 1, s, len) end
+
+local function cdist_chunked(a, b, p, c)
+  local P, parts = a:size(-2), {}
+  for s = 1, P, c do parts[#parts + 1] = cdist_of(rows_of(a, s, math.min(c, P - s + 1)), b, p) end
+  return core.cat(parts, a:dim() - 1)
+end
+
+local CDIST
+local function cdist_fn()
+  if not CDIST then
+    local autograd = require "fp8.autograd"
+    CDIST = require("fp8.autograd_function").Function {
+      name = "Cdist",
+      forward = function(ctx, a, b, p, c)
+        ctx:save_for_backward(a, b)
+        ctx.p, ctx.c = p, c
+        return cdist_chunked(a, b, p, c)
+      end,
+      backward = function(ctx, g)
+        local a, b = ctx.saved_tensors[1], ctx.saved_tensors[2]
+        local p, c, P = ctx.p, ctx.c, a:size(-2)
+        local ga, gb = {}, nil
+        for s = 1, P, c do
+          local len = math.min(c, P - s + 1)
+          core.enable_grad(function()
+            local ac = rows_of(a, s, len):detach():requires_grad(true)
+            local bd = b:detach():requires_grad(true)
+            local d = cdist_of(ac, bd, p)
+            local x, y = autograd.grad(d, { ac, bd }, rows_of(g, s, len):to(d:dtype()), { materialize_grads = true })
+            ga[#ga + 1] = x
+            gb = gb and gb + y or y
+          end)
+        end
+        return core.cat(ga, a:dim() - 1), gb, nil, nil
+      end,
+    }
+  end
+  return CDIST
+end
+
+-- fp8._cdist_chunk(n, fn, ...) -> fn(...)'s results, with n elements a chunk while fn runs (the tests' chunks of a few
+-- rows); the chunk as it was after, fn's error or not (a setting that stayed would slow every later cdist: the API
+-- sweep calls underscore functions too)
+function M._cdist_chunk(n, fn, ...)
+  if math.type(n) ~= "integer" or n < 1 then
+    error(("_cdist_chunk: expected an integer >= 1 (elements of a chunk's differences), got %s"):format(got(n)), 2)
+  end
+  if type(fn) ~= "function" then error(("_cdist_chunk: expected a function to run, got %s"):format(got(fn)), 2) end
+  local old = CDIST_CHUNK
+  CDIST_CHUNK = n
+  local res = table.pack(pcall(fn, ...))
+  CDIST_CHUNK = old
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- cdist(x1 [.., P, M], x2 [.., R, M] [, p=2]): the p-norm distance of every row pair, [.., P, R]; computed directly
+-- (torch's matrix-product shortcut for large p=2 inputs trades digits for speed), by chunks of x1's rows where the
+-- differences are large (cdist_rows); a zero distance's gradient is 0
+M.cdist = at_caller(function(a, b, p, ...)
+  no_more("cdist", "(x1, x2 [, p=2])", ...)
+  for i = 1, 2 do   -- (not ipairs{a, b}: it stops at a nil a or b)
+    local v = select(i, a, b)
+    if not core.is_tensor(v) or v:dim() < 2 then
+      error(("cdist: x%d must be a tensor of 2 or more dims [..., rows, features], got %s"):format(i,
+        core.is_tensor(v) and v:shape_str() or got(v)), 2)
+    end
+    -- (refused by the difference's sub as 'sub: e4m3 tensor: ...', naming an op the caller did not call; stop 98)
+    if v:is_fp8() then error(("cdist: x%d is an %s tensor: call :dequantize() first"):format(i, v:dtype()), 2) end
+  end
+  p = p or 2
+  if type(p) ~= "number" or not (p >= 0) then error(("cdist: p must be a number >= 0, got %s"):format(got(p)), 2) end
+  if a:size(-1) ~= b:size(-1) then
+    error(("cdist: x1 %s and x2 %s must have the same number of features"):format(a:shape_str(), b:shape_str()), 2)
+  end
+  a, b = T._autocast_fp32(a, b)   -- fp32 under autocast, as torch's CPU autocast
+  local c = cdist_rows(a, b)
+  if c >= a:size(-2) then return cdist_of(a, b, p) end
+  if not (core.is_grad_enabled() and (a:requires_grad() or b:requires_grad())) then return cdist_chunked(a, b, p, c) end
+  return cdist_fn()(a, b, p, c)
 end)
 
 -- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each value the 0-based position in its row of

@@ -5,6 +5,7 @@ local Module = require "fp8.nn.module"
 local O = require "fp8.opts"
 local F = require "fp8.nn.functional"
 local init = require "fp8.nn.init_fns"
+local unplaced = require("fp8.errfmt").unplaced
 
 local Linear = Module.class("Linear")
 
@@ -31,12 +32,27 @@ function Linear._args(name, level, in_features, out_features, bias)
   return in_features, out_features, bias
 end
 
+-- a parameter drawn from U(-bound, bound); out of memory is raised naming the class (Linear, FP8Linear) and the
+-- parameter (the draw's own error carried init_fns.lua's position and no name: stop 102), at the constructor's
+-- caller where the class is Linear (drawn, __init, the class's call, the caller)
+local function drawn(self, what, shape, bound)
+  local ok, t = pcall(init.uniform, shape, -bound, bound)
+  if ok then return t end
+  local msg = unplaced(t)
+  if msg:find("out of memory", 1, true) or msg:find("not enough memory", 1, true) then
+    error(("%s: out of memory drawing its %s [%s] (%d fp32 values): %s"):format(self:type_name(), what,
+      table.concat(shape, ", "),
+      #shape == 2 and shape[1] * shape[2] or shape[1], msg), 4)
+  end
+  error(t, 0)
+end
+
 function Linear:__init(in_features, out_features, bias)
   in_features, out_features, bias = Linear._args("Linear", 3, in_features, out_features, bias)
   self.in_features, self.out_features = in_features, out_features
   local bound = 1 / math.sqrt(in_features)
-  self:register_parameter("weight", init.uniform({ out_features, in_features }, -bound, bound))
-  if bias then self:register_parameter("bias", init.uniform({ out_features }, -bound, bound)) end
+  self:register_parameter("weight", drawn(self, "weight", { out_features, in_features }, bound))
+  if bias then self:register_parameter("bias", drawn(self, "bias", { out_features }, bound)) end
 end
 
 function Linear:forward(x)
