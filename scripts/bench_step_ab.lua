@@ -7,6 +7,9 @@
 -- scripts/bench_train.sh runs it to compare the FP8 step with the bf16 step (docs/performance.md).
 -- --profile N then runs N more steps of each precision under fp8.profiler and prints its table (self time per op and
 -- input shape, summed over the N steps), the breakdown in docs/performance.md's "Where the GPT step's time goes".
+-- --clock cpu times each step by the process's CPU time (os.clock: every thread's, spinning OpenMP waits included)
+-- instead of the wall clock: with OMP_NUM_THREADS=1 on a shared, busy host that is the step's own work, where the
+-- wall clock counts the other processes' turns too (docs/performance.md, "The te step on Zen 3 again").
 local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
 local clock = require("fp8._data").clock
@@ -16,8 +19,14 @@ local opts = require("fp8.args").parse(arg or {}, {
   { "rounds", "int", 8, "rounds", 1 },
   { "per-round", "int", 3, "timed steps of each precision per round", 1 },
   { "warmup", "int", 3, "untimed steps of each precision first", 0 },
+  { "clock", "str", "wall", "what times a step: wall (the wall clock) or cpu (the process's CPU time, all threads)" },
   { "profile", "int", 0, "then run this many steps of each precision under fp8.profiler and print where the time went", 0 },
 }, { usage = "usage: fp8lab scripts/bench_step_ab.lua [options]", about = "Times GPT steps, precisions interleaved. Options:" })
+
+if opts.clock ~= "wall" and opts.clock ~= "cpu" then
+  fail(("--clock must be wall or cpu; got '%s'"):format(opts.clock))
+end
+if opts.clock == "cpu" then clock = os.clock end
 
 local PRECISIONS = {}
 for name in opts.precisions:gmatch("[^,]+") do PRECISIONS[#PRECISIONS + 1] = name end
@@ -87,7 +96,8 @@ for i, name in ipairs(names) do
   table.sort(t)
   local n = #t
   local median = n % 2 == 1 and t[(n + 1) // 2] or (t[n // 2] + t[n // 2 + 1]) / 2
-  print(("ab precision=%s min_ms=%.2f median_ms=%.2f steps=%d"):format(name, t[1], median, n))
+  print(("ab precision=%s min_ms=%.2f median_ms=%.2f steps=%d%s"):format(name, t[1], median, n,
+    opts.clock == "cpu" and " clock=cpu" or ""))
 end
 if opts.profile > 0 then
   for i, name in ipairs(names) do
