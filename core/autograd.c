@@ -436,7 +436,7 @@ static fl_status add_inplace(fl_tensor *d, const fl_tensor *s) {
         float *pd = fl_tensor_data(d);
         const float *ps = fl_tensor_data(s);
         int64_t n = fl_tensor_numel(d);
-        if (!fl_tensor_is_contiguous(s)) {
+        if (!fl_tensor_is_contiguous(s) && !fl_tensor_is_dense(s)) {   /* (dense: d's strides, accumulate_as) */
             const float v = n ? ps[0] : 0.0f;
             #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
             for (int64_t i = 0; i < n; i++) pd[i] += v;
@@ -469,21 +469,58 @@ static fl_status own_f32(fl_tensor **out, const fl_tensor *g) {
     return fl_tensor_to(out, g, FL_F32);
 }
 
-/* *acc += g, in place when *acc is exclusively ours, else by replacing *acc with a new sum. */
-static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
+/* A dense fp32 tensor that is not contiguous (channels_last, a permutation: torch's non-overlapping and dense) and the
+ * only reference to its memory: a gradient kept with its strides for a node that reads such a one (node_takes_dense) */
+static bool dense_owned(const fl_tensor *g) {
+    return g->refcount == 1 && g->storage->refcount == 1 && g->dtype == FL_F32 && !fl_tensor_is_contiguous(g) &&
+           fl_tensor_is_dense(g) && !g->grad_fn;
+}
+
+/* A fresh fp32 copy of a dense tensor g with g's strides, written in memory order (ops_grad.c's to_preserving) */
+static fl_status copy_dense_f32(fl_tensor **out, const fl_tensor *g) {
+    fl_tensor *r = NULL, *fr = NULL, *fg = NULL;
+    fl_status st = fl_tensor_empty_like(&r, g, FL_F32);
+    if (st == FL_OK) st = fl_tensor_flat(&fr, r);
+    if (st == FL_OK) st = fl_tensor_flat(&fg, g);
+    if (st == FL_OK) st = fl_tensor_copy_(fr, fg);
+    fl_tensor_release(fr);
+    fl_tensor_release(fg);
+    if (st != FL_OK) { fl_tensor_release(r); r = NULL; }
+    *out = r;
+    return st;
+}
+
+/* own_f32, and where dense (the node the gradient is for reads a dense one: node_takes_dense) a dense gradient that is
+ * not contiguous keeps its strides, as torch's autograd hands on the layout its ops produce (stop 102); every other
+ * gradient is made contiguous, as before */
+static fl_status own_f32_as(fl_tensor **out, const fl_tensor *g, bool dense) {
+    if (dense && dense_owned(g)) { *out = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
+    if (dense && !fl_format(g->dtype)->is_fp8 && !fl_tensor_is_contiguous(g) && fl_tensor_is_dense(g))
+        return copy_dense_f32(out, g);
+    return own_f32(out, g);
+}
+
+/* *acc += g, in place when *acc is exclusively ours, else by replacing *acc with a new sum; dense: own_f32_as's */
+static fl_status accumulate_as(fl_tensor **acc, const fl_tensor *g, bool dense) {
     if (fl_format(g->dtype)->is_fp8 || (*acc && fl_format((*acc)->dtype)->is_fp8)) {
         /* a consumer's FP8 hand-over (fl_autograd_sole_consumer): never summed */
         if (*acc) return FL_ERR(FL_EINVAL, "backward: an FP8 gradient was handed to an output with another consumer");
         *acc = fl_tensor_retain((fl_tensor *)g);
         return FL_OK;
     }
-    if (!*acc) return own_f32(acc, g);
+    if (!*acc) return own_f32_as(acc, g, dense);
     fl_tensor *a = *acc;
     if (exclusively_owned(a) && addable_on(g, a->device)) return add_inplace(a, g);
+    /* a dense sum of ours on the host and a gradient of its strides (or one element expanded): element i of both
+     * memories is the same element, so add_inplace's memory-order loop sums them */
+    if (dense_owned(a) && a->device == FL_DEV_CPU && g->device == a->device &&
+        (broadcast_f32_on(g, a->device) ||
+         (g->dtype == FL_F32 && fl_tensor_is_dense(g) && memcmp(g->stride, a->stride, sizeof a->stride[0] * (size_t)a->ndim) == 0)))
+        return add_inplace(a, g);
     fl_tensor *sum = NULL;
     FL_TRY(fl_binary(&sum, FL_OP_ADD, a, g));
     fl_tensor *o = NULL;
-    fl_status st = own_f32(&o, sum);
+    fl_status st = own_f32_as(&o, sum, dense);
     fl_tensor_release(sum);
     if (st != FL_OK) return st;
     fl_tensor_release(a);
@@ -491,11 +528,29 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) {
     return FL_OK;
 }
 
+static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) { return accumulate_as(acc, g, false); }
+
+/* The nodes whose backward reads a dense gradient that is not contiguous (a channels_last one) in memory order or
+ * through its strides, and gives its inputs' gradients in the layout torch's does (stop 102): the activations' (their
+ * saved tensor's layout where the gradient has it), the elementwise ops' (core/ops.c's layout rules), a conversion's
+ * (it passes the gradient on) and conv2d's (its direct route reads the output gradient NHWC; the input's gradient
+ * channels-last where the conv is, as torch's). Every other node takes grad_out contiguous (autograd.h). */
+static bool node_takes_dense(const fl_node *nd) {
+    static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward", "AddBackward", "SubBackward",
+                                         "MulBackward", "DivBackward", "ToBackward", "ConvolutionBackward" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (nd->name && strcmp(nd->name, names[i]) == 0) return true;
+    return false;
+}
+
 /* The nodes whose backward reads a gradient of one element expanded over the output (broadcast_f32_on, on the host)
- * as it is (core/nn.c act_bwd: dy·f'(x) with the one dy); every other backward takes grad_out contiguous (autograd.h),
+ * as it is (core/nn.c act_bwd: dy·f'(x) with the one dy; since stop 102 the elementwise ops' binary_bwd, whose ops
+ * then take the other operand's layout, as torch's: a channels_last product's gradient of a sum is channels_last, and
+ * an add and a conversion hand the expanded gradient on, as torch's); every other backward takes grad_out contiguous (autograd.h),
  * so the engine copies the expanded gradient of a whole sum or mean (reduce_bwd) for it, as it did its fill. */
 static bool node_takes_broadcast(const fl_node *nd) {
-    static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward" };
+    static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward", "AddBackward", "SubBackward",
+                                         "MulBackward", "DivBackward", "ToBackward" };
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (nd->name && strcmp(nd->name, names[i]) == 0) return true;
     return false;
@@ -508,7 +563,7 @@ static fl_status accumulate_node(fl_tensor **acc, const fl_tensor *gi, const fl_
         *acc = fl_tensor_retain((fl_tensor *)gi);
         return FL_OK;
     }
-    return accumulate(acc, gi);
+    return accumulate_as(acc, gi, node_takes_dense(nd));
 }
 
 /* with_flops: whether the ops a node's backward runs count their FLOPs, as torch's backward of the same op does: the
@@ -581,6 +636,12 @@ fl_status fl_accumulate_grad(fl_tensor *t, const fl_tensor *g) {
         /* torch's AccumulateGrad (utils::clone_obey_contract): a dense leaf that is not contiguous (a channels_last
          * weight or image, a permutation) gets a .grad with its strides (stop 101; it was contiguous) */
         if (!fl_tensor_is_contiguous(t) && fl_tensor_is_dense(t)) {
+            /* one of the engine's own with those strides (a channels-last conv's or activation's: stop 102) is
+             * taken, as torch's AccumulateGrad steals a gradient that obeys the contract */
+            if (dense_owned(g) && memcmp(g->stride, t->stride, sizeof t->stride[0] * (size_t)t->ndim) == 0) {
+                t->grad = fl_tensor_retain((fl_tensor *)g);
+                return FL_OK;
+            }
             fl_tensor *r = NULL;
             FL_TRY(fl_tensor_empty_like(&r, t, FL_F32));
             fl_status st = fl_tensor_copy_(r, g);
@@ -896,6 +957,8 @@ static fl_status seed_of(fl_tensor **g0, const fl_tensor *root, const fl_tensor 
                           fl_shape_str(a, sizeof a, grad->ndim, grad->shape), fl_shape_str(b, sizeof b, root->ndim, root->shape));
         if (fl_format(grad->dtype)->is_fp8)
             return FL_ERR(FL_EINVAL, "%s: grad is %s; dequantize it first", fname, fl_format(grad->dtype)->name);
+        /* a dense one (channels_last) keeps its strides (the root's node may read it so: node_takes_dense) */
+        if (!fl_tensor_is_contiguous(grad) && fl_tensor_is_dense(grad)) return copy_dense_f32(g0, grad);
         return fl_tensor_to(g0, grad, FL_F32);
     }
     if (fl_tensor_numel(root) != 1)
@@ -992,7 +1055,7 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
     }
     for (int r = 0; r < nroots; r++) {   /* the roots' seeds (one node may be several roots') */
         int k = map_get(&map, roots[r]);
-        if ((st = accumulate(&grads[k], seeds[r])) != FL_OK) goto done;
+        if ((st = accumulate_as(&grads[k], seeds[r], node_takes_dense(order[k]))) != FL_OK) goto done;
     }
     fl_grad_ready_fn hook = cap && cap->out ? NULL : ready_fn;
     void *hook_ud = ready_ud;
@@ -1019,9 +1082,10 @@ static fl_status run_graph(fl_node *const *roots, fl_tensor **seeds, int nroots,
         if (!go) { ran = k; continue; }           /* no gradient flowed here (e.g. unused output) */
         fl_tensor *gin[FL_NODE_MAX_INPUTS] = { NULL };
         st = fl_check_interrupt();
-        if (st == FL_OK && !fl_tensor_is_contiguous(go) && (nd->orphan_hooks || nd->owner || (cap && capnode[k] >= 0))) {
+        if (st == FL_OK && !fl_tensor_is_contiguous(go) && !fl_tensor_is_dense(go) &&
+            (nd->orphan_hooks || nd->owner || (cap && capnode[k] >= 0))) {
             /* an expanded gradient kept for the node (accumulate_node): hooks, retain_grad and a captured input see
-             * a real tensor of their own, as before */
+             * a real tensor of their own, as before; a dense one (node_takes_dense) is one, as torch's hooks see it */
             fl_tensor *c = NULL;
             st = fl_tensor_to(&c, go, FL_F32);
             fl_tensor_release(go);

@@ -15,7 +15,8 @@
 
 typedef struct fl_node fl_node;
 /* grad_out has the output's shape (fp32, contiguous; for the activations' nodes autograd.c's node_takes_broadcast
- * names, a whole sum's or mean's gradient may come as one element expanded, strides 0). Write one new tensor
+ * names, a whole sum's or mean's gradient may come as one element expanded, strides 0; for the nodes its
+ * node_takes_dense names, a dense one that is not contiguous, e.g. channels_last, as it came). Write one new tensor
  * (refcount 1) per input into grad_in[i] with that input's shape, or leave NULL when inputs[i] needs no gradient
  * (check fl_node_input_needs_grad). The engine releases them after accumulation. */
 typedef fl_status (*fl_backward_fn)(fl_node *node, const fl_tensor *grad_out, fl_tensor **grad_in);

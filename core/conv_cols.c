@@ -34,8 +34,8 @@
 #define CC_CHUNK (INT64_C(1) << 19)   /* column elements per chunk */
 #define CC_SUM_RUN 256                /* cpu_internal.h's FL_CPU_SUM_ROWS: the reduction's runs of rows */
 
-/* cl: the conv is channels-last (torch's channels_last: its result NHWC, and the direct route's input gradient,
- * which the autograd makes contiguous as every gradient it keeps) */
+/* cl: the conv is channels-last (torch's channels_last: its result NHWC, and its input's gradient on every route,
+ * which the autograd hands on so: stop 102) */
 typedef struct { fl_window g; int64_t groups, oh, ow; bool wide, bwd16, plain_1x1, direct, cl; } cc_ctx;
 
 /* the samples per chunk for columns of ckl elements per sample */
@@ -283,7 +283,7 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     return FL_OK;
 }
 
-/* gy contiguous (NCHW) in fp32 (gradients come fp32; in case one does not) */
+/* gy contiguous (NCHW) in fp32 (gradients come fp32, contiguous or, since stop 102, dense channels-last: copied) */
 static fl_status contiguous_f32(fl_tensor **out, const fl_tensor *gy) {
     fl_tensor *h = NULL, *f = NULL;
     *out = NULL;
@@ -448,6 +448,15 @@ static fl_status cc_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     }
     free(acc);
     free(run);
+    if (st == FL_OK && c->cl && dx && !dx_direct) {
+        /* the columns' NCHW input gradient into a channels-last one, as the forward's result: torch's gradient of a
+         * channels_last conv's input is channels_last, and the engine hands it on so (autograd.c node_takes_dense;
+         * until stop 102 every gradient was made contiguous there) */
+        fl_tensor *dl = NULL;
+        st = nhwc_of(&dl, dx, FL_F32);
+        fl_tensor_release(dx);
+        dx = dl;
+    }
     fl_tensor_release(hg); fl_tensor_release(hd); fl_tensor_release(xc); fl_tensor_release(aw); fl_tensor_release(at);
     fl_tensor_release(cols);
     if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }

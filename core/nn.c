@@ -102,9 +102,75 @@ static fl_status act_bwd_broadcast(fl_act kind, const fl_tensor *xs, const fl_te
  * node kept it beside the input it holds anyway); ReLU's output, as torch's (its backward passes the gradient where
  * !(v <= 0), which is the same test on the output as on the input: relu keeps positives and NaN, and makes every
  * other value 0), so the input may be written after the forward, and a bf16 input's fp32 copy is not kept. */
-static fl_status act_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+static bool same_strides(const fl_tensor *a, const fl_tensor *b) {
+    return memcmp(a->stride, b->stride, sizeof a->stride[0] * (size_t)a->ndim) == 0;
+}
+
+/* t with lay's strides (lay dense, of t's shape): t itself where it has them, else a copy in t's dtype */
+static fl_status in_layout(fl_tensor **out, const fl_tensor *t, const fl_tensor *lay) {
+    if (same_strides(t, lay)) { *out = fl_tensor_retain((fl_tensor *)t); return FL_OK; }
+    FL_TRY(fl_tensor_empty_like(out, lay, t->dtype));
+    fl_status st = fl_tensor_copy_(*out, t);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+/* act_bwd where the input's gradient takes the strides of lay, a dense tensor that is not contiguous (torch's
+ * threshold_backward orders its dims by the saved output, gelu's and silu's backward by the gradient, then the saved
+ * input): xs and g (unless expanded: one element) read in lay's memory order as 1-D views, a copy of either where its
+ * strides differ. Since stop 102; before, xs was read into a contiguous copy and the gradient was contiguous. */
+static fl_status act_bwd_dense(fl_act kind, const fl_tensor *xs, const fl_tensor *g, bool expanded,
+                               const fl_tensor *lay, fl_tensor **gin) {
+    fl_tensor *xl = NULL, *gl = NULL, *xv = NULL, *x = NULL, *gv = NULL, *dv = NULL;
+    const char *op = kind == FL_ACT_RELU ? "relu backward" : kind == FL_ACT_SILU ? "silu backward" : "gelu backward";
+    fl_status st = in_layout(&xl, xs, lay);
+    if (st == FL_OK) st = fl_tensor_flat(&xv, xl);
+    /* a bf16 one read as it is where the device can (not for relu, whose saved output is read in fp32, as below) */
+    const bool low = st == FL_OK && xs->dtype == FL_BF16 && kind != FL_ACT_RELU && DEV(xs)->act_bwd_bf16;
+    if (st == FL_OK) st = low ? (x = fl_tensor_retain(xv), FL_OK) : f32c(&x, xv, op, "input");
+    if (st == FL_OK) st = fl_tensor_empty_like(&gin[0], lay, FL_F32);
+    if (st == FL_OK) st = fl_tensor_flat(&dv, gin[0]);
+    if (st == FL_OK && expanded) st = act_bwd_broadcast(kind, x, g, dv);
+    else if (st == FL_OK) st = in_layout(&gl, g, lay);
+    if (st == FL_OK && !expanded) st = fl_tensor_flat(&gv, gl);
+    if (st == FL_OK && !expanded)
+        st = low ? DEV(xs)->act_bwd_bf16(kind, fl_tensor_data(x), F(gv), F(dv), fl_tensor_numel(x))
+                 : DEV(xs)->act_bwd(kind, F(x), F(gv), F(dv), fl_tensor_numel(x));
+    fl_tensor_release(xl); fl_tensor_release(gl); fl_tensor_release(xv); fl_tensor_release(x);
+    fl_tensor_release(gv); fl_tensor_release(dv);
+    if (st != FL_OK) { fl_tensor_release(gin[0]); gin[0] = NULL; }
+    return st;
+}
+
+static fl_status act_bwd_any(fl_act kind, const fl_tensor *xs, const fl_tensor *g, fl_tensor **gin);
+
+/* g one element expanded over its shape (a whole sum's or mean's gradient: every stride 0 where the size is not 1) */
+static bool expanded_one(const fl_tensor *g) {
+    for (int i = 0; i < g->ndim; i++) if (g->stride[i] != 0 && g->shape[i] != 1) return false;
+    return true;
+}
+
+static bool dense_nc(const fl_tensor *t) { return !fl_tensor_is_contiguous(t) && fl_tensor_is_dense(t); }
+
+static fl_status act_bwd(fl_node *n, const fl_tensor *g0, fl_tensor **gin) {
     const fl_tensor *xs = n->saved[0];
     const fl_act kind = (fl_act)n->iargs[0];
+    const bool expanded = !fl_tensor_is_contiguous(g0) && expanded_one(g0);
+    /* the layout torch's gives the input's gradient: relu's the saved output's (threshold_backward's first operand),
+     * gelu's and silu's the gradient's where it orders the dims (not expanded), else the saved input's */
+    const fl_tensor *lay = kind == FL_ACT_RELU || expanded ? xs : g0;
+    if (dense_nc(lay) && fl_shape_equal(lay->ndim, lay->shape, xs->ndim, xs->shape))
+        return act_bwd_dense(kind, xs, g0, expanded, lay, gin);
+    /* a contiguous result: a dense gradient (the engine hands dense ones on: autograd.c node_takes_dense) read
+     * contiguous, as every gradient was before stop 102 */
+    fl_tensor *gc = NULL;
+    if (!expanded && !fl_tensor_is_contiguous(g0)) FL_TRY(fl_tensor_contiguous(&gc, g0));
+    fl_status sc = act_bwd_any(kind, xs, gc ? gc : g0, gin);
+    fl_tensor_release(gc);
+    return sc;
+}
+
+static fl_status act_bwd_any(fl_act kind, const fl_tensor *xs, const fl_tensor *g, fl_tensor **gin) {
     if (!fl_tensor_is_contiguous(g)) {   /* expanded (accumulate_node: fp32 on the host) */
         const bool low = xs->dtype == FL_BF16 && kind != FL_ACT_RELU && DEV(xs)->act_bwd_bf16 && fl_tensor_is_contiguous(xs);
         fl_tensor *x = NULL;

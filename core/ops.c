@@ -107,13 +107,17 @@ static fl_status flat_operands(fl_tensor **r, fl_tensor **fr, fl_tensor **fa, fl
  * + bias: channels_last), and so does b where a is broadcast along all of its dims of size > 1 but one (bias + x_cl);
  * NULL: a contiguous result (anything else, where torch's order can differ: a contiguous a first decides NCHW). */
 static const fl_tensor *layout_operand(const fl_tensor *a, const fl_tensor *b, int n, const int64_t *shape) {
-    if (fl_shape_equal(a->ndim, a->shape, n, shape))
+    /* a of the result's shape but one element expanded over it (a whole sum's gradient, which the elementwise
+     * backwards read as it is since stop 102) orders no dim: b decides, as in torch's reorder_dimensions */
+    bool flat_a = !fl_tensor_is_contiguous(a);
+    for (int i = 0; i < a->ndim && flat_a; i++) flat_a = a->stride[i] == 0 || a->shape[i] == 1;
+    if (fl_shape_equal(a->ndim, a->shape, n, shape) && !flat_a)
         return !fl_tensor_is_contiguous(a) && fl_tensor_is_dense(a) ? a : NULL;
     if (!fl_shape_equal(b->ndim, b->shape, n, shape) || fl_tensor_is_contiguous(b) || !fl_tensor_is_dense(b))
         return NULL;
     int moving = 0;   /* a's dims (aligned at the right) of size > 1 */
     for (int i = 0; i < a->ndim; i++) moving += a->shape[i] > 1;
-    return moving <= 1 ? b : NULL;
+    return moving <= 1 || flat_a ? b : NULL;
 }
 
 /* *v ← a view of t (of the result's shape) with its dims in lay's memory order, outermost first (perm) */

@@ -1296,6 +1296,22 @@ static fl_status cat_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
 }
 
 /* The forward of fl_cat: checks, then one copy of each input into its part of a new tensor. */
+/* torch's guess of channels_last from a 4-D tensor's strides (c10's is_channels_last_strides_2d_s4; the same test as
+ * core/conv_cols.c's channels_last, kept here so that the header stays as it is) */
+static bool cat_channels_last(const fl_tensor *t) {
+    static const int order[4] = { 1, 3, 2, 0 };   /* innermost first */
+    if (t->ndim != 4 || t->stride[1] == 0 || fl_tensor_is_contiguous(t)) return false;
+    int64_t min = 0;
+    for (int i = 0; i < 4; i++) {
+        const int d = order[i];
+        if (t->shape[d] == 0 || t->stride[d] < min) return false;
+        if (d == 0 && min == t->stride[1]) return false;   /* (N111's ambiguity: NCHW, as torch's) */
+        min = t->stride[d];
+        if (t->shape[d] > 1) min *= t->shape[d];
+    }
+    return true;
+}
+
 static fl_status cat_raw(fl_tensor **out, int n, const fl_tensor *const *ts, int *dimp) {
     *out = NULL;
     char sa[200], sb[200];
@@ -1328,8 +1344,23 @@ static fl_status cat_raw(fl_tensor **out, int n, const fl_tensor *const *ts, int
     }
     int64_t shape[FL_MAX_DIMS];
     for (int d = 0; d < a->ndim; d++) shape[d] = d == dim ? total : a->shape[d];
+    /* channels-last inputs (every one: torch's compute_output_memory_format; a contiguous one, or another layout,
+     * makes the result contiguous) give a channels-last result, as torch 2.15's (stop 102; it was contiguous) */
+    bool cl = a->ndim == 4;
+    for (int i = 0; i < n && cl; i++) cl = cat_channels_last(ts[i]);
     fl_tensor *r;
-    FL_TRY(fl_tensor_empty(&r, dt, a->ndim, shape, a->device));
+    if (cl) {
+        const int64_t nhwc[4] = { shape[0], shape[2], shape[3], shape[1] };
+        fl_tensor *t = NULL, *u = NULL;
+        fl_status s0 = fl_tensor_empty(&t, dt, 4, nhwc, a->device);
+        if (s0 == FL_OK) s0 = fl_tensor_transpose(&u, t, 1, 2);   /* [N, W, H, C] */
+        if (s0 == FL_OK) s0 = fl_tensor_transpose(&r, u, 1, 3);   /* [N, C, H, W] */
+        fl_tensor_release(t);
+        fl_tensor_release(u);
+        if (s0 != FL_OK) return s0;
+    } else {
+        FL_TRY(fl_tensor_empty(&r, dt, a->ndim, shape, a->device));
+    }
     int64_t off = 0;
     fl_status st = FL_OK;
     for (int i = 0; i < n && st == FL_OK; i++) {

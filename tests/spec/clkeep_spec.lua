@@ -10,6 +10,10 @@
 -- optimizers step such a parameter. docs/robustness.md and docs/performance.md, "channels_last carried through
 -- (stop 101)". The strides are torch 2.15's (tests/data/clkeep_torch.lua, scripts/gen_clkeep.py); the values are
 -- the contiguous tensor's bits; the contiguous inputs' bits are main's ff2d995e (its build/fp8lab, 1 and 2 threads).
+-- Changed on 2026-12-07 (stop 102): the gradient handed between nodes keeps channels_last where torch's autograd's
+-- does (core/autograd.c node_takes_dense, core/nn.c act_bwd_dense, core/conv_cols.c), and cat of channels-last
+-- tensors is channels-last (core/ops_grad.c cat_raw): the "gradients between nodes" case and the cat ops, torch's
+-- strides from scripts/gen_clkeep.py. docs/robustness.md, "Gradients between nodes on channels_last (stop 102)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = FP8LAB_BIN or "build/fp8lab"
 local nn = fp8.nn
@@ -67,6 +71,9 @@ local OPS = {
   bias_add = function(x) return bias(x) + x end,
   add_c = function(x, y) return x + y:contiguous() end,
   c_add = function(x, y) return y:contiguous() + x end,
+  cat1 = function(x, y) return fp8.cat({ x, y }, 2) end,
+  cat0 = function(x, y) return fp8.cat({ x, y }, 1) end,
+  cat_c = function(x, y) return fp8.cat({ x, y:contiguous() }, 2) end,
 }
 
 describe("a dense permuted tensor keeps its layout through elementwise ops (torch 2.15's strides)", function()
@@ -93,7 +100,7 @@ describe("a dense permuted tensor keeps its layout through elementwise ops (torc
         same_list(lname .. " " .. dt .. " .grad", leaf.grad:stride(), want.grad)
       end
     end
-    assert.are.equal(150, n)
+    assert.are.equal(168, n)
   end)
 
   it("writes an in-place op on a channels_last tensor in place, in memory order", function()
@@ -104,6 +111,72 @@ describe("a dense permuted tensor keeps its layout through elementwise ops (torc
     x:relu_()
     same_list("relu_", x:stride(), before)
     U.same_bits("relu_", x, want)
+  end)
+end)
+
+-- stop 102: gen_clkeep.py's grad_chains, as fp8lab spells them
+local function grad_chains(dt)
+  local b = cl(fp8.randn({ 2, 3, 4, 5 })):to(dt)
+  local w = cl(fp8.randn({ 4, 3, 3, 3 }) * 0.3):to(dt)
+  local w2 = (fp8.randn({ 4, 4, 3, 3 }) * 0.3):to(dt)
+  local function conv(a, k) return F.conv2d(a, k, nil, { padding = 1 }) end
+  return {
+    relu = function(a) return a:relu() end,
+    gelu = function(a) return F.gelu(a) end,
+    silu = function(a) return F.silu(a) end,
+    mul = function(a) return a * b end,
+    add = function(a) return a + b end,
+    sub = function(a) return b - a end,
+    div = function(a) return a / (b:abs() + 1) end,
+    relu2 = function(a) return a:relu() * 2 end,
+    conv = function(a) return conv(a, w) end,
+    cnn = function(a) return conv(conv(a, w):relu(), w2):relu() end,
+  }
+end
+
+describe("gradients between nodes keep channels_last where torch's do (stop 102)", function()
+  it("hands a channels_last intermediate torch's gradient strides through each chain, with the NCHW chain's values", function()
+    local T = dofile("tests/data/clkeep_torch.lua")
+    local n = 0
+    for _, dt in ipairs { "fp32", "bf16" } do
+      local want = T["grads_" .. dt]
+      fp8.manual_seed(12)
+      for cname, f in pairs(grad_chains(dt)) do
+        for _, how in ipairs { "sum", "gy" } do
+          -- add_sum: torch hands the sum's expanded gradient (strides 0) on through the add itself; fp8lab fills it
+          -- for the add's node (autograd.c node_takes_broadcast names the activations only): left, not a layout
+          if not (cname == "add" and how == "sum") then
+            local what = ("%s %s %s"):format(cname, how, dt)
+            local x0 = fp8.randn({ 2, 3, 4, 5 }):to(dt)
+            local gy0
+            local function run(x, layout)
+              local leaf = x:detach():requires_grad_()
+              local a = leaf * 1
+              local seen
+              a:register_hook(function(g) seen = g; return nil end)
+              local y = f(a)
+              if how == "sum" then y:sum():backward()
+              else
+                gy0 = gy0 or fp8.randn(y:size()):to(dt)
+                y:backward(layout(gy0))
+              end
+              return seen
+            end
+            local gcl = run(cl(x0), cl)
+            local gnc = run(x0, function(t) return t end)
+            same_list(what, gcl:stride(), want[cname .. "_" .. how])
+            -- the same values: elementwise chains bit for bit; a conv's NHWC kernels within the fp32 sums' rounding
+            -- (bf16: a channels-last first layer may take the direct kernels where NCHW takes the columns, on
+            -- AVX-512 hosts: within the bf16 roundings)
+            if cname == "conv" or cname == "cnn" then
+              U.same_values(what, gcl:contiguous(), gnc:totable(), dt == "bf16" and 3e-2 or 2e-5)
+            else U.same_bits(what, gcl:contiguous(), gnc) end
+            n = n + 1
+          end
+        end
+      end
+    end
+    assert.are.equal(38, n)
   end)
 end)
 

@@ -169,14 +169,8 @@ local function conv2d(fname, x, w, b, opts)
         local fb = b ~= nil and (wide or (dt == "fp32" and b:dtype() == "fp32")) and b:to("fp32") or nil
         out = NN.conv2d_cols(x2, w2, fb, { k[1], k[2], s[1], s[2], d[1], d[2], pd[1], pd[2], pd[3], pd[4] }, g,
           wide2, bwd16)
-        if wide then
-          -- a channels-last result (the core's, stop 101: torch's channels_last) rounded in its NHWC memory, so it
-          -- stays channels-last, as torch's
-          if out:stride()[2] == 1 and OC > 1 and not out:is_contiguous() then
-            return out:permute(1, 3, 4, 2):to(xb:dtype()):permute(1, 4, 2, 3)
-          end
-          return out:to(xb:dtype())
-        end
+        -- (a channels-last result, the core's since stop 101, stays so: `to` keeps a dense tensor's strides)
+        if wide then return out:to(xb:dtype()) end
         if b ~= nil and not fb then out = out + b:reshape({ 1, OC, 1, 1 }) end
         return out
       end
