@@ -243,7 +243,8 @@ fl_status fl_gelu(fl_tensor **out, const fl_tensor *x, int approx) {
 }
 fl_status fl_silu(fl_tensor **out, const fl_tensor *x) { return activation(out, x, FL_ACT_SILU, "silu"); }
 
-/* kind(x) of a bf16 x, rounded once to bf16, no node (fl_silu_bf16's; the other kinds would go the same way) */
+/* kind(x) of a bf16 x, rounded once to bf16, no node (fl_silu_bf16's and fl_relu_bf16's; the other kinds would go the
+ * same way) */
 static fl_status act_bf16(fl_tensor **out, const fl_tensor *x, fl_act kind) {
     static const char *const names[FL_ACT_COUNT] = { "relu", "gelu", "gelu", "silu", "sigmoid", "tanh" };
     *out = NULL;
@@ -276,6 +277,7 @@ static fl_status act_bf16(fl_tensor **out, const fl_tensor *x, fl_act kind) {
     return st;
 }
 fl_status fl_silu_bf16(fl_tensor **out, const fl_tensor *x) { return act_bf16(out, x, FL_ACT_SILU); }
+fl_status fl_relu_bf16(fl_tensor **out, const fl_tensor *x) { return act_bf16(out, x, FL_ACT_RELU); }
 
 /* ---- softmax ------------------------------------------------------------------------------ */
 

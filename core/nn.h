@@ -27,6 +27,9 @@ fl_status fl_silu(fl_tensor **out, const fl_tensor *x);
 /* silu of a bf16 x computed in fp32 and rounded once to bf16, with no node (FL_EINVAL when x requires grad): the
  * bits of fl_silu on x, then the cast to bf16, in one pass where the device has act_fwd_bf16. */
 fl_status fl_silu_bf16(fl_tensor **out, const fl_tensor *x);
+/* relu of a bf16 x in bf16, with no node (FL_EINVAL when x requires grad): the bits of fl_relu on x, then the cast
+ * to bf16, in one pass on the bf16 bits where the device has act_fwd_bf16 */
+fl_status fl_relu_bf16(fl_tensor **out, const fl_tensor *x);
 /* Over the last dim. */
 fl_status fl_softmax(fl_tensor **out, const fl_tensor *x);
 fl_status fl_log_softmax(fl_tensor **out, const fl_tensor *x);

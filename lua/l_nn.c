@@ -51,6 +51,15 @@ static int l_silu(lua_State *L) {
     return 1;
 }
 
+/* relu_bf16(x): relu of a bf16 x that records no gradient, in bf16 (x:relu()'s form with nothing to record) */
+static int l_relu_bf16(lua_State *L) {
+    fl_tensor *x = fl_lchecktensor(L, 1);
+    no_extra(L, 2, "relu");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_relu_bf16(slot, x));
+    return 1;
+}
+
 /* silu_bf16(x): silu of a bf16 x that records no gradient, rounded once to bf16 (F.silu's inference form) */
 static int l_silu_bf16(lua_State *L) {
     fl_tensor *x = fl_lchecktensor(L, 1);
@@ -441,7 +450,7 @@ static int l_matmul_wide(lua_State *L) {
 }
 
 static const luaL_Reg funcs[] = {
-    {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16},
+    {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"relu_bf16", l_relu_bf16}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16},
     {"rms_norm_fwd", l_rms_norm_fwd}, {"gelu", l_gelu}, {"softmax", l_softmax},
     {"log_softmax", l_log_softmax}, {"cross_entropy", l_cross_entropy}, {"mse_loss", l_mse_loss},
     {"layer_norm", l_layer_norm}, {"_add_layer_norm", l_add_layer_norm}, {"embedding", l_embedding}, {"dropout", l_dropout},

@@ -14,6 +14,8 @@
 -- (docs/performance.md, "Resampling in one pass", "EmbeddingBag's max and per-sample weights in one pass",
 -- "TransformerEncoderLayer under bf16 autocast", "Transposed copies in registers"):
 --   OMP_NUM_THREADS=1 build/fp8lab scripts/bench_ops.lua 4 resample
+-- On a loaded host, BENCH_CLOCK=cpu times by process CPU time (os.clock; torch's peer: time.process_time), which at one
+-- thread is the op's own time whatever else runs (docs/performance.md, "The ops against PyTorch on Zen 3").
 local fail = require("fp8.args").fail
 local GROUPS = { resample = true, embedding_bag = true, transformer = true, transpose = true, sweep = true, all = true }
 local USAGE = "usage: fp8lab scripts/bench_ops.lua [ROUNDS [GROUP [FILTER]]]   (ROUNDS: an integer >= 1, default 4; "
@@ -33,7 +35,11 @@ local filter = argv[3]
 if filter and group ~= "sweep" then   -- (the other groups have no rows to pick: taken and ignored before)
   fail(("bench_ops.lua: FILTER picks rows of the sweep group only, got GROUP '%s'\n%s"):format(group, USAGE))
 end
-local now = require("fp8._data").clock   -- wall-clock seconds, monotonic
+local clock = os.getenv("BENCH_CLOCK") or "wall"
+if clock ~= "wall" and clock ~= "cpu" then
+  fail(("bench_ops.lua: BENCH_CLOCK must be wall or cpu, got '%s'"):format(clock))
+end
+local now = clock == "cpu" and os.clock or require("fp8._data").clock   -- process CPU or wall-clock seconds
 local F, nn = fp8.nn.F, fp8.nn
 
 local function best(f)

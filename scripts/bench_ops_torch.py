@@ -3,7 +3,8 @@
 forward + backward, the fastest of `rounds` calls (default 4) in ms, wall clock; groups resample, embedding_bag,
 transformer (fp8lab's bf16 autocast against the layer in bf16), transpose (the copy alone), sweep (the same rows, named
 the same, a third argument a filter on their names), all.
-    /opt/torch2/bin/python3 scripts/bench_ops_torch.py 4 resample     (torch's threads: OMP_NUM_THREADS, as fp8lab's)"""
+    /opt/torch2/bin/python3 scripts/bench_ops_torch.py 4 resample     (torch's threads: OMP_NUM_THREADS, as fp8lab's)
+BENCH_CLOCK=cpu times by process CPU time (time.process_time), as bench_ops.lua's."""
 import os, sys, time
 
 USAGE = ("usage: bench_ops_torch.py [ROUNDS [GROUP [FILTER]]]   (ROUNDS: an integer >= 1, default 4; GROUP: "
@@ -19,6 +20,10 @@ if group not in ("resample", "embedding_bag", "transformer", "transpose", "sweep
     sys.exit("bench_ops_torch.py: GROUP must be resample, embedding_bag, transformer, transpose, sweep or all, got %r\n%s"
              % (group, USAGE))
 filt = args[2] if len(args) > 2 else None
+clock = os.environ.get("BENCH_CLOCK", "wall")
+if clock not in ("wall", "cpu"):
+    sys.exit("bench_ops_torch.py: BENCH_CLOCK must be wall or cpu, got %r" % clock)
+now = time.process_time if clock == "cpu" else time.perf_counter
 if filt is not None and group != "sweep":   # (the other groups have no rows to pick)
     sys.exit("bench_ops_torch.py: FILTER picks rows of the sweep group only, got GROUP %r\n%s" % (group, USAGE))
 
@@ -31,9 +36,9 @@ torch.manual_seed(1)
 def best(f):
     b = float("inf")
     for _ in range(rounds):
-        t = time.perf_counter()
+        t = now()
         f()
-        b = min(b, time.perf_counter() - t)
+        b = min(b, now() - t)
     return b * 1e3
 
 def report(name, fwd, both):

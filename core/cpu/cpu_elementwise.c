@@ -6,6 +6,7 @@
 #include "cpu_vmath.h"
 #include "cpu_vpow.h"
 #include "cpu_vtanh.h"
+#include "half_cvt.h"
 #include "hypot1.h"
 #include "bf16_x86.h"
 #include <math.h>
@@ -414,18 +415,34 @@ FL_BF16_X86_TARGET static void bf16_binop_run(fl_binop op, const uint16_t *a, co
 }
 #undef BF16_BINOP_LOOP
 #endif
+/* The same without AVX512_BF16 (AVX2 hosts: Zen 3, and Intel's before Cooper Lake): each value widened, the fp32
+ * operation, rounded by half_cvt.h's fl_f32_to_bf16_bits (fl_f32_to_bf16_n's rounding and NaN), in one loop the build's
+ * AVX2 vectorises; such a host took the tiles' route (bf16 x + y of [4096, 1024] 1.2-1.5x torch's on Zen 3; stop 102).
+ * The same bits as the route and the loop above. */
+#define BF16_LOOP(expr)                                                                  \
+    do {                                                                                 \
+        _Pragma("omp simd")                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            const float x = fl_bf16_bits_to_f32(a[i]), y = fl_bf16_bits_to_f32(b[i]);    \
+            d[i] = fl_f32_to_bf16_bits(expr);                                            \
+        }                                                                                \
+    } while (0)
+static void bf16_binop_run_any(fl_binop op, const uint16_t *a, const uint16_t *b, uint16_t *d, int64_t n) {
+    switch (op) {
+    case FL_OP_ADD: BF16_LOOP(x + y); break;
+    case FL_OP_SUB: BF16_LOOP(x - y); break;
+    case FL_OP_MUL: BF16_LOOP(x * y); break;
+    default: BF16_LOOP(x / y); break;   /* FL_OP_DIV */
+    }
+}
+#undef BF16_LOOP
 static bool bf16_binop_fused(fl_binop op, const fl_tensor *const *ts) {
-#ifdef __x86_64__
     if (op != FL_OP_ADD && op != FL_OP_SUB && op != FL_OP_MUL && op != FL_OP_DIV) return false;
     for (int k = 0; k < 3; k++)
         if (ts[k]->dtype != FL_BF16 || !fl_tensor_is_contiguous(ts[k]) ||
             fl_tensor_numel(ts[k]) != fl_tensor_numel(ts[0]))
             return false;
-    return fl_bf16_x86_available();
-#else
-    (void)op; (void)ts;
-    return false;
-#endif
+    return true;
 }
 
 fl_status fl_cpu_dev_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, const fl_tensor *b) {
@@ -437,16 +454,20 @@ fl_status fl_cpu_dev_binary(fl_binop op, fl_tensor *dst, const fl_tensor *a, con
         CHUNKED(n, binop_run(op, x + i0, y + i0, d + i0, len));
         return FL_OK;
     }
-#ifdef __x86_64__
     if (bf16_binop_fused(op, ts)) {
         uint16_t *d = fl_tensor_data(dst);
         const uint16_t *x = fl_tensor_data(a), *y = fl_tensor_data(b);
         if ((x == d || x + n <= d || d + n <= x) && (y == d || y + n <= d || d + n <= y)) {
-            CHUNKED(n, bf16_binop_run(op, x + i0, y + i0, d + i0, len));
+#ifdef __x86_64__
+            if (fl_bf16_x86_available()) {
+                CHUNKED(n, bf16_binop_run(op, x + i0, y + i0, d + i0, len));
+                return FL_OK;
+            }
+#endif
+            CHUNKED(n, bf16_binop_run_any(op, x + i0, y + i0, d + i0, len));
             return FL_OK;
         }
     }
-#endif
     ew_ctx c = { op, dst, a, b, 0, 0, false };
     return fl_cpu_for_tiles(dst->ndim, dst->shape, 3, ts, binary_tile, &c);
 }

@@ -51,6 +51,29 @@ static inline __attribute__((always_inline)) double sum_lanes(const float *x, in
     return lanes_total(p);
 }
 static double sum_f64(const float *x, int64_t n) { return sum_lanes(x, n, false); }
+/* sum_f64 of n bf16 values, widened in registers (exactly: the bits << 16) where fl_cpu_load wrote them into a tile
+ * buffer that sum_f64 then read back: the same lanes and adds, so the same double. The buffer's round trip took twice
+ * the adds' time (x:sum() of a bf16 [32, 128, 32, 32] 1.8× torch's on Zen 3; stop 102). */
+static inline __attribute__((always_inline)) void widen8_bf16(const uint16_t *x, v4d *lo, v4d *hi) {
+    const __m256 f = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x)), 16));
+    *lo = (v4d)_mm256_cvtps_pd(_mm256_castps256_ps128(f));
+    *hi = (v4d)_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+}
+static double sum_bf16_f64(const uint16_t *x, int64_t n) {
+    v4d p[4] = { { 0 } }, p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        __builtin_prefetch(x + i + 1024);   /* (2 KiB ahead, lanes_add's) */
+        v4d a, b, c, d;
+        widen8_bf16(x + i, &a, &b);
+        widen8_bf16(x + i + 8, &c, &d);
+        p0 += a; p1 += b; p2 += c; p3 += d;
+    }
+    p[0] = p0; p[1] = p1; p[2] = p2; p[3] = p3;
+    for (int k = 0; i + k < n; k++) p[k / 4][k % 4] += (double)fl_bf16_to_f32(x[i + k]);
+    return lanes_total(p);
+}
 static double sum_sq_f64(const float *x, int64_t n) { return sum_lanes(x, n, true); }
 double fl_cpu_sum_sq_f64(const float *x, int64_t n) { return sum_sq_f64(x, n); }
 
@@ -95,6 +118,12 @@ static float racc_result(fl_redop op, const racc *r, int64_t count) {
 /* Accumulate a contiguous run of any dtype, converting in tiles. */
 static void racc_run(racc *r, fl_redop op, const fl_tensor *t, int64_t off, int64_t stride, int64_t n) {
     if (t->dtype == FL_F32 && stride == 1) { racc_add(r, op, (const float *)fl_tensor_data(t) + off, n); return; }
+    if (t->dtype == FL_BF16 && stride == 1 && (op == FL_OP_SUM || op == FL_OP_MEAN)) {
+        const uint16_t *x = (const uint16_t *)fl_tensor_data(t) + off;   /* the tiles below, read in place */
+        for (int64_t j = 0; j < n; j += FL_CPU_TILE)
+            r->sum += sum_bf16_f64(x + j, n - j < FL_CPU_TILE ? n - j : FL_CPU_TILE);
+        return;
+    }
     float buf[FL_CPU_TILE];
     for (int64_t j = 0; j < n; j += FL_CPU_TILE) {
         int64_t len = n - j < FL_CPU_TILE ? n - j : FL_CPU_TILE;

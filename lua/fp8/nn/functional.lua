@@ -110,6 +110,10 @@ end
 function F._linear_relu_bf16(x, w, b)
   return (at_caller(pcall(core().linear_relu_bf16, x, w, b)))
 end
+-- _relu_bf16(x) → relu of a bf16 x with no gradient to record, in bf16 on its bits (internal: x:relu()'s form then)
+function F._relu_bf16(x)
+  return (at_caller(pcall(core().relu_bf16, x)))
+end
 
 -- _add_layer_norm(x, r, w, b, eps) → layer_norm(x + r, w, b, eps) recording nothing (internal): the sum never in memory
 -- where the device can (x, r fp32 of one shape), the bits of the add then the norm; a residual block's norm in inference
