@@ -68,23 +68,6 @@ static fl_status weight_operand(fl_tensor **out, const fl_tensor *w, int64_t g, 
     return FL_OK;
 }
 
-/* torch's guess of channels_last from the strides (c10's is_channels_last_strides_2d_s4, which suggest_memory_format
- * reads): torch 2.15's conv2d gives a channels_last result where its input or its weight is so, and reads the input
- * NHWC (stop 101) */
-static bool channels_last(const fl_tensor *t) {
-    static const int order[4] = { 1, 3, 2, 0 };   /* innermost first */
-    if (t->ndim != 4 || t->stride[1] == 0) return false;
-    int64_t min = 0;
-    for (int i = 0; i < 4; i++) {
-        const int d = order[i];
-        if (t->shape[d] == 0 || t->stride[d] < min) return false;
-        if (d == 0 && min == t->stride[1]) return false;   /* (N111's ambiguity: NCHW, as torch's) */
-        min = t->stride[d];
-        if (t->shape[d] > 1) min *= t->shape[d];
-    }
-    return true;
-}
-
 /* t [N, C, H, W] (4-D) with NHWC memory, in dtype dt, seen as [N, C, H, W]: a view of t where it is so already, else
  * a copy */
 static fl_status nhwc_of(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
@@ -187,7 +170,9 @@ fl_status fl_conv2d_cols(fl_tensor **out, const fl_tensor *x, const fl_tensor *w
     /* channels-last (torch's rule, channels_last above): the result NHWC (yl) on every route; the direct route reads
      * the input NHWC in place (xn: a copy only where the input is not NHWC already) and writes the result so, where
      * the columns below work in NCHW (xc, y), the result copied into NHWC after */
-    const bool cl = channels_last(x) || channels_last(w);
+    /* torch 2.15's conv2d gives a channels_last result where its input or its weight is so, and reads the input
+     * NHWC (stop 101) */
+    const bool cl = fl_tensor_is_channels_last(x) || fl_tensor_is_channels_last(w);
     fl_tensor *xc = NULL, *a = NULL, *cols = NULL, *y = NULL, *bc = NULL, *xn = NULL, *yl = NULL;
     fl_status st = FL_OK;
     if (b) st = fl_tensor_contiguous(&bc, b);

@@ -1295,23 +1295,12 @@ static fl_status cat_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     return FL_OK;
 }
 
-/* The forward of fl_cat: checks, then one copy of each input into its part of a new tensor. */
-/* torch's guess of channels_last from a 4-D tensor's strides (c10's is_channels_last_strides_2d_s4; the same test as
- * core/conv_cols.c's channels_last, kept here so that the header stays as it is) */
+/* an input cat reads as channels_last (and not contiguous, which a size-1 C or HW makes it too) */
 static bool cat_channels_last(const fl_tensor *t) {
-    static const int order[4] = { 1, 3, 2, 0 };   /* innermost first */
-    if (t->ndim != 4 || t->stride[1] == 0 || fl_tensor_is_contiguous(t)) return false;
-    int64_t min = 0;
-    for (int i = 0; i < 4; i++) {
-        const int d = order[i];
-        if (t->shape[d] == 0 || t->stride[d] < min) return false;
-        if (d == 0 && min == t->stride[1]) return false;   /* (N111's ambiguity: NCHW, as torch's) */
-        min = t->stride[d];
-        if (t->shape[d] > 1) min *= t->shape[d];
-    }
-    return true;
+    return !fl_tensor_is_contiguous(t) && fl_tensor_is_channels_last(t);
 }
 
+/* The forward of fl_cat: checks, then one copy of each input into its part of a new tensor. */
 static fl_status cat_raw(fl_tensor **out, int n, const fl_tensor *const *ts, int *dimp) {
     *out = NULL;
     char sa[200], sb[200];

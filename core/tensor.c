@@ -109,6 +109,20 @@ bool fl_tensor_is_contiguous(const fl_tensor *t) {
     return true;
 }
 
+bool fl_tensor_is_channels_last(const fl_tensor *t) {
+    static const int order[4] = { 1, 3, 2, 0 };   /* innermost first */
+    if (t->ndim != 4 || t->stride[1] == 0) return false;
+    int64_t min = 0;
+    for (int i = 0; i < 4; i++) {
+        const int d = order[i];
+        if (t->shape[d] == 0 || t->stride[d] < min) return false;
+        if (d == 0 && min == t->stride[1]) return false;   /* (N111's ambiguity: NCHW) */
+        min = t->stride[d];
+        if (t->shape[d] > 1) min *= t->shape[d];
+    }
+    return true;
+}
+
 bool fl_tensor_is_dense(const fl_tensor *t) {
     if (fl_tensor_is_contiguous(t)) return true;
     /* c10's compute_non_overlapping_and_dense: the dims of size > 1 sorted by stride, innermost first, each stride

@@ -107,6 +107,9 @@ bool fl_tensor_is_contiguous(const fl_tensor *t);
 /* torch's is_non_overlapping_and_dense: t's elements fill [offset, offset + numel) each once, in some order of its dims
  * (a contiguous tensor, a channels_last one, any permutation of either) */
 bool fl_tensor_is_dense(const fl_tensor *t);
+/* torch's guess of channels_last from a 4-D tensor's strides (c10's is_channels_last_strides_2d_s4, which
+ * suggest_memory_format reads; an N111 shape whose strides fit both reads as NCHW, as torch's) */
+bool fl_tensor_is_channels_last(const fl_tensor *t);
 /* t dense (above): a 1-D view [numel] of its memory in memory order (TensorIterator's walk of such a tensor) */
 fl_status fl_tensor_flat(fl_tensor **out, const fl_tensor *t);
 /* A new tensor of dtype dt (not FP8) with t's shape, and t's strides where t is dense (torch's empty_like under

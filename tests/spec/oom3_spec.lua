@@ -7,42 +7,9 @@ local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
 local q = U.q
 
--- The child's first lines (as oom2_spec's): warm, then fill() takes the address space by 1 MiB tensors, then 16 KiB
--- ones, until one fails; fill(mib) leaves a hole of mib MiB in malloc's heap (256 KiB tensors made first and freed
--- last: what Lua's own allocations can use); give() returns them all.
-local PRELUDE = [[
-local F = fp8.nn.functional
-F.conv2d(fp8.randn{1, 8, 6, 6}, fp8.randn{8, 8, 3, 3})
-fp8.randn{3, 5}:matmul(fp8.randn{5, 7})
-collectgarbage("stop")
-local keep, n = {}, 0
-local function fill(hole)
-  local pad = {}
-  for i = 1, (hole or 0) * 4 do pad[i] = fp8.empty{65536} end
-  for _, sz in ipairs{262144, 4096} do
-    while true do
-      local ok, t = pcall(fp8.empty, {sz})
-      if not ok then break end
-      n = n + 1; keep[n] = t
-    end
-  end
-  for i = 1, #pad do pad[i]:free() end
-end
-local function give()
-  for i = 1, n do keep[i]:free() end
-  keep, n = {}, 0
-  collectgarbage("restart")
-  collectgarbage()
-end
-local function say(...) io.write(table.concat({...}, " "), "\n") end
-]]
-
-local function child(code, limit)
-  local out, err = os.tmpname(), os.tmpname()
-  local _, _, rc = os.execute(("ulimit -v %d; OMP_NUM_THREADS=2 timeout -s KILL 90 %s -e %s </dev/null >%s 2>%s")
-    :format(limit, q(BIN), q(PRELUDE .. code), out, err))
-  return U.take(out), U.take(err), rc
-end
+-- the child's prelude (tests/spec/helpers/oom_child.lua): fill(hole, fine, heap), give(restart), say(...); 90 s
+local O = dofile("tests/spec/helpers/oom_child.lua")
+local function child(code, limit) return O.child(code, limit, false, 2, 90) end
 
 -- ASan reserves terabytes of address space: `ulimit -v` cannot apply to its build
 local it_mem = os.getenv("ASAN_OPTIONS") and pending or it
@@ -168,9 +135,9 @@ local opt = fp8.optim.AdamW(model:parameters(), {lr = 1e-3})
 model, opt = acc:prepare(model, opt)
 model(fp8.randn{4, 512}):sum():backward() opt:step()
 acc:save_state(dir)
-fill()
+fill(0, true)
 local ok, e = pcall(acc.load_state, acc, dir)
-give()
+give(true)
 os.execute("rm -rf " .. dir)
 say(tostring(ok), tostring(e))
 ]]):format(dir), 450000)
@@ -181,9 +148,9 @@ say(tostring(ok), tostring(e))
   -- A Linear's init said 'lua/fp8/nn/init_fns.lua:118: out of memory allocating 4194304 bytes on cpu'
   it_mem("a Linear's init", function()
     local out, err, rc = child([[
-fill()
+fill(0, true)
 local ok, e = pcall(fp8.nn.Linear, 1024, 1024)
-give()
+give(true)
 say(tostring(ok), tostring(e))
 ]], 400000)
     assert.are.equal(0, rc, err)
@@ -208,15 +175,15 @@ for i = 1, #bytes do
 end
 bytes = nil
 collectgarbage("restart") collectgarbage() collectgarbage("stop")
-fill(24)
+fill(24, true, true)
 local ok, h = pcall(fp8.hist, qt, nil, {quiet = true})
-give()
+give(true)
 say(tostring(ok), ok and tostring(h.zero + h.underflow == zero and h.subnormal == sub
   and (h.bins[8] or 0) + h.saturated == top and h.n == 2048 * 2048) or tostring(h))
 collectgarbage("stop")
-fill()
+fill(0, true)
 ok, h = pcall(fp8.hist, qt, nil, {quiet = true})
-give()
+give(true)
 say(tostring(ok), tostring(h))
 ]], 500000)
     assert.are.equal(0, rc, err)
@@ -242,11 +209,11 @@ local a, b = fp8.ones{64, 96}, fp8.ones{96, 80}
 collectgarbage()
 collectgarbage("stop")
 local pad = fp8.empty{8 * 262144}   -- 8 MiB of it given back (a kept block, unmapped before a refusal)
-fill()
+fill(0, true)
 pad:free()
 for _ = 1, 8 do keep[n]:free(); keep[n] = nil; n = n - 1 end   -- 128 KiB of heap for the result
 local ok, e = pcall(a.matmul, a, b)
-give()
+give(true)
 say(tostring(ok), ok and e[1][1] or tostring(e))
 local y = F.conv2d(fp8.ones{1, 17, 12, 12}, fp8.ones{16, 17, 3, 3}, nil, {padding = 1})   -- a dropped one again
 say(y[1][1][2][2])

@@ -1,4 +1,4 @@
--- oom_child.lua — the out-of-memory specs' child (oomdnn_spec, oom2_spec): a script run in a child process under
+-- oom_child.lua — the out-of-memory specs' child (oomdnn_spec, oom2_spec, oom3_spec): a script run in a child process under
 -- `ulimit -v`, after a prelude that warms the process and can fill its address space with tensors. Loaded with
 -- `local O = dofile("tests/spec/helpers/oom_child.lua")`; not a spec itself.
 local U = dofile("tests/spec/helpers/util.lua")
@@ -9,15 +9,18 @@ local O = {}
 -- The child's first lines: warm (the modules loaded, oneDNN's engine made by a tiny conv and matmul), then fill(k)
 -- takes the address space by 1 MiB tensors until one fails (fill(k, true): then 16 KiB ones) but for a hole of k MiB
 -- (a tensor made first, freed last), where an op's tensors fit and oneDNN's JIT code, which needs fresh address
--- space, does not; give() returns them all and collects (give(true): the collector restarted first).
+-- space, does not (fill(k, fine, true): the hole made of 256 KiB tensors, in malloc's heap, what Lua's own
+-- allocations can use); give() returns them all and collects (give(true): the collector restarted first).
 O.PRELUDE = [[
 local F = fp8.nn.functional
 F.conv2d(fp8.randn{1, 8, 6, 6}, fp8.randn{8, 8, 3, 3})
 fp8.randn{3, 5}:matmul(fp8.randn{5, 7})
 collectgarbage("stop")
 local keep, n, bits = {}, 0, {}
-local function fill(hole, fine)
-  local pad = hole > 0 and fp8.empty{hole * 262144}
+local function fill(hole, fine, heap)
+  local pad = {}
+  for i = 1, heap and hole * 4 or 0 do pad[i] = fp8.empty{65536} end
+  if not heap and hole > 0 then pad[1] = fp8.empty{hole * 262144} end
   while true do
     local ok, t = pcall(fp8.empty, {262144})
     if not ok then break end
@@ -28,7 +31,7 @@ local function fill(hole, fine)
     if not ok then break end
     bits[#bits + 1] = t
   end
-  if pad then pad:free() end
+  for i = 1, #pad do pad[i]:free() end
 end
 local function give(restart)   -- (and what the ops left to the collector)
   for i = 1, n do keep[i]:free() end
@@ -41,11 +44,11 @@ local function say(...) io.write(table.concat({...}, " "), "\n") end
 ]]
 
 -- runs PRELUDE .. code (code alone: bare) in a child under `ulimit -v` limit KB (400000 unless given) on threads
--- OpenMP threads (2 unless given): its output, stderr and exit status
-function O.child(code, limit, bare, threads)
+-- OpenMP threads (2 unless given), killed after secs seconds (60 unless given): its output, stderr and exit status
+function O.child(code, limit, bare, threads, secs)
   local out, err = os.tmpname(), os.tmpname()
-  local _, _, rc = os.execute(("ulimit -v %d; OMP_NUM_THREADS=%d timeout -s KILL 60 %s -e %s </dev/null >%s 2>%s")
-    :format(limit or 400000, threads or 2, U.q(BIN), U.q(bare and code or O.PRELUDE .. code), out, err))
+  local _, _, rc = os.execute(("ulimit -v %d; OMP_NUM_THREADS=%d timeout -s KILL %d %s -e %s </dev/null >%s 2>%s")
+    :format(limit or 400000, threads or 2, secs or 60, U.q(BIN), U.q(bare and code or O.PRELUDE .. code), out, err))
   return U.take(out), U.take(err), rc
 end
 
