@@ -162,7 +162,7 @@ describe("the backwards fp8lab counts otherwise than torch (stop 102, each for a
       fp8.manual_seed(0)
       local prof = profile(P.left_backward(dt))
       -- fp8lab: the forward's 2 / x (32, torch's aten::mul), dot's 2 × 5, the matmul backward's 2 × 60
-      assert.are.equal("div: 1 calls, 32 FLOPs; matmul: 2 calls, 120 FLOPs; mul: 2 calls, 10 FLOPs", show(got_rows(prof)), dt)
+      assert.are.equal("div: 1 calls, 32 FLOPs; matmul: 2 calls, 120 FLOPs; mul: 2 calls, 10 FLOPs", R.show(R.got(prof)), dt)
     end
   end)
 end)
