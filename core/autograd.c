@@ -476,27 +476,13 @@ static bool dense_owned(const fl_tensor *g) {
            fl_tensor_is_dense(g) && !g->grad_fn;
 }
 
-/* A fresh fp32 copy of a dense tensor g with g's strides, written in memory order (ops_grad.c's to_preserving) */
-static fl_status copy_dense_f32(fl_tensor **out, const fl_tensor *g) {
-    fl_tensor *r = NULL, *fr = NULL, *fg = NULL;
-    fl_status st = fl_tensor_empty_like(&r, g, FL_F32);
-    if (st == FL_OK) st = fl_tensor_flat(&fr, r);
-    if (st == FL_OK) st = fl_tensor_flat(&fg, g);
-    if (st == FL_OK) st = fl_tensor_copy_(fr, fg);
-    fl_tensor_release(fr);
-    fl_tensor_release(fg);
-    if (st != FL_OK) { fl_tensor_release(r); r = NULL; }
-    *out = r;
-    return st;
-}
-
 /* own_f32, and where dense (the node the gradient is for reads a dense one: node_takes_dense) a dense gradient that is
  * not contiguous keeps its strides, as torch's autograd hands on the layout its ops produce (stop 102); every other
  * gradient is made contiguous, as before */
 static fl_status own_f32_as(fl_tensor **out, const fl_tensor *g, bool dense) {
     if (dense && dense_owned(g)) { *out = fl_tensor_retain((fl_tensor *)g); return FL_OK; }
     if (dense && !fl_format(g->dtype)->is_fp8 && !fl_tensor_is_contiguous(g) && fl_tensor_is_dense(g))
-        return copy_dense_f32(out, g);
+        return fl_tensor_copy_like(out, g, FL_F32);
     return own_f32(out, g);
 }
 
@@ -958,7 +944,7 @@ static fl_status seed_of(fl_tensor **g0, const fl_tensor *root, const fl_tensor 
         if (fl_format(grad->dtype)->is_fp8)
             return FL_ERR(FL_EINVAL, "%s: grad is %s; dequantize it first", fname, fl_format(grad->dtype)->name);
         /* a dense one (channels_last) keeps its strides (the root's node may read it so: node_takes_dense) */
-        if (!fl_tensor_is_contiguous(grad) && fl_tensor_is_dense(grad)) return copy_dense_f32(g0, grad);
+        if (!fl_tensor_is_contiguous(grad) && fl_tensor_is_dense(grad)) return fl_tensor_copy_like(g0, grad, FL_F32);
         return fl_tensor_to(g0, grad, FL_F32);
     }
     if (fl_tensor_numel(root) != 1)

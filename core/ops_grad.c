@@ -1259,16 +1259,7 @@ fl_status fl_contiguous(fl_tensor **out, const fl_tensor *t) {
 static fl_status to_preserving(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
     if (fl_format(t->dtype)->is_fp8 || fl_format(dt)->is_fp8 || fl_tensor_is_contiguous(t) || !fl_tensor_is_dense(t))
         return fl_tensor_to(out, t, dt);
-    fl_tensor *r = NULL, *fr = NULL, *ft = NULL;
-    fl_status st = fl_tensor_empty_like(&r, t, dt);
-    if (st == FL_OK) st = fl_tensor_flat(&fr, r);
-    if (st == FL_OK) st = fl_tensor_flat(&ft, t);
-    if (st == FL_OK) st = fl_tensor_copy_(fr, ft);
-    fl_tensor_release(fr);
-    fl_tensor_release(ft);
-    if (st != FL_OK) { fl_tensor_release(r); r = NULL; }
-    *out = r;
-    return st;
+    return fl_tensor_copy_like(out, t, dt);
 }
 
 fl_status fl_to(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {

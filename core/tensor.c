@@ -449,6 +449,19 @@ fl_status fl_tensor_empty_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt)
     return FL_OK;
 }
 
+fl_status fl_tensor_copy_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
+    fl_tensor *r = NULL, *fr = NULL, *ft = NULL;
+    fl_status st = fl_tensor_empty_like(&r, t, dt);
+    if (st == FL_OK) st = fl_tensor_flat(&fr, r);
+    if (st == FL_OK) st = fl_tensor_flat(&ft, t);
+    if (st == FL_OK) st = fl_tensor_copy_(fr, ft);
+    fl_tensor_release(fr);
+    fl_tensor_release(ft);
+    if (st != FL_OK) { fl_tensor_release(r); r = NULL; }
+    *out = r;
+    return st;
+}
+
 fl_status fl_tensor_view(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape) {
     int64_t res[FL_MAX_DIMS], stride[FL_MAX_DIMS];
     *out = NULL;

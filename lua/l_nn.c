@@ -35,39 +35,22 @@ static int l_linear_relu_bf16(lua_State *L) {
     return 1;
 }
 
-static int l_relu(lua_State *L) {
+/* The bindings of one tensor and no more arguments, whose result is f(x); name is what an extra argument's error
+ * names (the bf16 forms keep their ops' names) */
+static int one_tensor(lua_State *L, const char *name, fl_status (*f)(fl_tensor **, const fl_tensor *)) {
     fl_tensor *x = fl_lchecktensor(L, 1);
-    no_extra(L, 2, "relu");
+    no_extra(L, 2, name);
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_relu(slot, x));
+    FL_LCALL(L, f(slot, x));
     return 1;
 }
 
-static int l_silu(lua_State *L) {
-    fl_tensor *x = fl_lchecktensor(L, 1);
-    no_extra(L, 2, "silu");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_silu(slot, x));
-    return 1;
-}
-
+static int l_relu(lua_State *L) { return one_tensor(L, "relu", fl_relu); }
+static int l_silu(lua_State *L) { return one_tensor(L, "silu", fl_silu); }
 /* relu_bf16(x): relu of a bf16 x that records no gradient, in bf16 (x:relu()'s form with nothing to record) */
-static int l_relu_bf16(lua_State *L) {
-    fl_tensor *x = fl_lchecktensor(L, 1);
-    no_extra(L, 2, "relu");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_relu_bf16(slot, x));
-    return 1;
-}
-
+static int l_relu_bf16(lua_State *L) { return one_tensor(L, "relu", fl_relu_bf16); }
 /* silu_bf16(x): silu of a bf16 x that records no gradient, rounded once to bf16 (F.silu's inference form) */
-static int l_silu_bf16(lua_State *L) {
-    fl_tensor *x = fl_lchecktensor(L, 1);
-    no_extra(L, 2, "silu");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_silu_bf16(slot, x));
-    return 1;
-}
+static int l_silu_bf16(lua_State *L) { return one_tensor(L, "silu", fl_silu_bf16); }
 
 /* rms_norm_fwd(x, w or nil, eps) → y, or nil where the device has no one-pass form (internal: F.rms_norm's) */
 static int l_rms_norm_fwd(lua_State *L) {
