@@ -563,21 +563,21 @@ static fl_status accumulate_node(fl_tensor **acc, const fl_tensor *gi, const fl_
  * SinBackward0, CosBackward0, Log1PBackward0 (self + 1), Expm1Backward0 (result + 1, then the product), AtanBackward0
  * (self * self + 1), SinhBackward0, CoshBackward0, Log2Backward0 and Log10Backward0 (self * ln b), Exp2Backward0 and
  * RsqrtBackward0 (two products), DivBackward0 (-grad * ((a / b) / b); x / s: none, as DivBackward1's grad / s) and
- * PowBackward0 (x ^ s: grad * (s * x^(s-1)), two products; s ^ x, PowBackward2: grad * (result * ln s)). Left
- * uncounted, where fp8lab's formula runs other products than torch's: s / x (torch's ReciprocalBackward0 and
- * MulBackward1: three), 0 ^ x, a tensor ^ a tensor (PowBackward1: four), erf, tan, asin, acos. */
+ * PowBackward0 (x ^ s: grad * (s * x^(s-1)), two products; s ^ x, PowBackward2: grad * (result * ln s)). Since
+ * stop 102 also 0 ^ x, a tensor ^ a tensor (PowBackward1: four), erf and tan; since stop 103 s / x (torch's
+ * ReciprocalBackward0 and MulBackward0: three aten::mul), asin and acos (two aten::mul and an aten::add), whose
+ * divisions count as torch's products (AS_TORCH_COUNTED_OP, core/ops_grad.c); MatmulBackward counts as torch's
+ * MvBackward0 or DotBackward0 where the forward was torch's aten::mv or aten::dot (torch_inner_grad_scope). */
 static bool node_counts_flops(const fl_node *nd) {
     static const char *const counted[] = {
         "MatmulBackward", "LinearBackward", "FP8LinearBackward", "MulBackward", "AbsBackward", "ExpBackward",
         "SqrtBackward", "SinBackward", "CosBackward", "Log1PBackward", "Expm1Backward", "AtanBackward", "SinhBackward",
-        "CoshBackward", "Log2Backward", "Log10Backward", "Exp2Backward", "RsqrtBackward", "ErfBackward", "TanBackward" };
+        "CoshBackward", "Log2Backward", "Log10Backward", "Exp2Backward", "RsqrtBackward", "ErfBackward", "TanBackward",
+        "AsinBackward", "AcosBackward", "DivBackward" };
     if (nd->backward == link_bwd) return true;
     if (!nd->name) return false;
     for (size_t i = 0; i < sizeof counted / sizeof *counted; i++)
         if (strcmp(nd->name, counted[i]) == 0) return true;
-    /* fl_binary's node has two inputs; fl_binary_scalar's one, iargs[1] set where the number came first, dargs[0] it */
-    bool scalar_first = nd->ninputs == 1 && nd->iargs[1] != 0;
-    if (strcmp(nd->name, "DivBackward") == 0) return !scalar_first;
     /* (a tensor to a tensor's power and 0 ^ x since stop 102: their extra ops are scoped as torch's uncounted ones) */
     if (strcmp(nd->name, "PowBackward") == 0) return true;
     return false;

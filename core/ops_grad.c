@@ -30,6 +30,11 @@ static fl_status reduce_into(fl_tensor **gin, fl_tensor *g, const fl_tensor *in)
  * that counts its products (node_counts_flops, core/autograd.c) counts none there, as torch counts none for aten::pow,
  * aten::where or aten::logical_and (stop 102). The ops inside stay the same, bit for bit. */
 #define AS_TORCH_OP(name, ...) FL_PROF_SCOPE(name); FL_PROF_SHAPES(__VA_ARGS__)
+/* with_flops: where fp8lab's formula divides and torch's multiplies or adds (s / x's backward, asin's, acos's), the
+ * op runs in a scope named as torch's aten::mul or aten::add that counts as torch counts that call, its first input's
+ * elements (n), inside a node that counts its products (node_counts_flops): torch's rows, fp8lab's arithmetic
+ * (stop 103; docs/robustness.md, "The profiler's FLOPs and the norms' edges, the rest (stop 103)") */
+#define AS_TORCH_COUNTED_OP(name, n, ...) AS_TORCH_OP(name, __VA_ARGS__); FL_PROF_CALLED_FLOPS(n)
 
 static fl_status masked_grad(fl_tensor **out, const fl_tensor *m, const fl_tensor *v) {
     AS_TORCH_OP("where", m, NULL, v);   /* torch's at::where(cond, zeros, v) */
@@ -432,10 +437,15 @@ static fl_status binary_scalar_bwd(fl_node *n, const fl_tensor *g, fl_tensor **g
     case FL_OP_MUL: return fl_binary_scalar_raw(&gin[0], FL_OP_MUL, g, s, false);
     case FL_OP_DIV: {
         if (!first) return fl_binary_scalar_raw(&gin[0], FL_OP_DIV, g, s, false);
-        /* d(s/a)/da = -s/a², as -s·((g/a)/a): a² would overflow or underflow where the gradient is finite */
+        /* d(s/a)/da = -s/a², as -s·((g/a)/a): a² would overflow or underflow where the gradient is finite.
+         * with_flops: torch's s / a is reciprocal(a) * s, its backward MulBackward0's grad * s and ReciprocalBackward0's
+         * -grad * (r * r), three aten::mul of a's size; here the two divisions count as its two products of
+         * [a, a] shapes and the product by -s as MulBackward0's (stop 103: before, none) */
         fl_tensor *a2 = NULL, *t = NULL;
-        fl_status st = fl_binary_raw(&a2, FL_OP_DIV, g, n->saved[0]);
-        if (st == FL_OK) st = fl_binary_raw(&t, FL_OP_DIV, a2, n->saved[0]);
+        const fl_tensor *x = n->saved[0];
+        fl_status st;
+        { AS_TORCH_COUNTED_OP("mul", fl_tensor_numel(g), g, x); st = fl_binary_raw(&a2, FL_OP_DIV, g, x); }
+        if (st == FL_OK) { AS_TORCH_COUNTED_OP("mul", fl_tensor_numel(a2), a2, x); st = fl_binary_raw(&t, FL_OP_DIV, a2, x); }
         if (st == FL_OK) st = fl_binary_scalar_raw(&gin[0], FL_OP_MUL, t, -s, false);
         fl_tensor_release(a2);
         fl_tensor_release(t);
@@ -719,7 +729,9 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
             st = fl_binary_raw(&u, FL_OP_MUL, x, x);
             if (st == FL_OK && op == FL_OP_ATAN) st = fl_binary_scalar_raw(&t, FL_OP_ADD, u, 1.0, false);
             else if (st == FL_OK) {
-                st = fl_binary_scalar_raw(&t, FL_OP_SUB, u, 1.0, true);   /* 1 - x² */
+                /* torch's (-self * self + 1).rsqrt() * grad: its aten::add counts x's elements (the same value) */
+                { AS_TORCH_COUNTED_OP("add", fl_tensor_numel(u), u, NULL, NULL);
+                  st = fl_binary_scalar_raw(&t, FL_OP_SUB, u, 1.0, true); }   /* 1 - x² */
                 if (st == FL_OK) { fl_tensor_release(u); u = t; t = NULL; st = fl_unary_raw(&t, FL_OP_SQRT, u); }
                 if (st == FL_OK && op == FL_OP_ACOS) {
                     fl_tensor_release(u); u = t; t = NULL;
@@ -727,7 +739,12 @@ static fl_status unary_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
                 }
             }
         }
-        if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_DIV, g, t);
+        if (st == FL_OK && (op == FL_OP_ASIN || op == FL_OP_ACOS)) {
+            /* torch multiplies g by the rsqrt (aten::mul, g's elements); g / √(1 - x²) rounds once where
+             * g·rsqrt(1 - x²) rounds twice: the division stays, counted as torch's product (stop 103) */
+            AS_TORCH_COUNTED_OP("mul", fl_tensor_numel(g), g, t);
+            st = fl_binary_raw(&gin[0], FL_OP_DIV, g, t);
+        } else if (st == FL_OK) st = fl_binary_raw(&gin[0], FL_OP_DIV, g, t);
         fl_tensor_release(t);
         fl_tensor_release(u);
         return st;
@@ -1038,6 +1055,33 @@ static void matmul_dtypes(const fl_tensor *a, const fl_tensor *b, fl_dtype *cdt,
     *odt = FL_DTYPE_COUNT;
 }
 
+/* with_flops (stop 103): the scope of input i's gradient GEMM where the forward was torch's aten::mv or aten::dot
+ * (n->iargs[1], fl_matmul_torch_inner): torch's MvBackward0 runs grad.ger(vec), an aten::mul of [R, 1] and [K] that
+ * counts the matrix's R rows, for the matrix, and self.t().mv(grad), none, for the vector; DotBackward0 grad * other,
+ * an aten::mul of [] and [K] (1), for each. fp8lab's GEMM (its rounding under autocast too) runs inside, uncounted.
+ * Returns the event's token (0: an mm or bmm forward, whose GEMMs count as themselves). */
+static uint64_t torch_inner_grad_scope(const fl_node *n, int i, const fl_tensor *ia, const fl_tensor *ib) {
+    int route = (int)n->iargs[1];
+    if (route == FL_TORCH_MM) return 0;
+    const fl_tensor *mat = ib->ndim == 1 ? ia : ib, *vec = ib->ndim == 1 ? ib : ia;
+    int64_t K = vec->shape[0], R = 1;
+    for (int d = 0; d < mat->ndim; d++)   /* the matrix's rows: every dim but the one K runs along */
+        if (d != (mat == ia ? mat->ndim - 1 : mat->ndim - 2)) R *= mat->shape[d];
+    bool mul = route == FL_TORCH_DOT || (i == 0) == (mat == ia);
+    uint64_t tok = FL_PROF_BEGIN(mul ? "mul" : "mv");
+    if (!tok) return 0;
+    fl_tensor h[2];
+    memset(h, 0, sizeof h);
+    if (route == FL_TORCH_DOT) { h[1].ndim = 1; h[1].shape[0] = K; }                    /* [] and [K] */
+    else if (mul) { h[0].ndim = 2; h[0].shape[0] = R; h[0].shape[1] = 1; h[1].ndim = 1; h[1].shape[0] = K; }
+    else { h[0].ndim = 2; h[0].shape[0] = K; h[0].shape[1] = R; h[1].ndim = 1; h[1].shape[0] = R; }
+    const fl_tensor *ts[2] = { &h[0], &h[1] };
+    if (fl_prof_flags() & FL_PROF_RECORD_SHAPES) fl_prof_set_shapes(tok, 2, ts);
+    fl_prof_hide_inner_flops(tok);
+    if (mul) fl_prof_set_called_flops(tok, route == FL_TORCH_DOT ? 1.0 : (double)R);
+    return tok;
+}
+
 static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *a = n->saved[0], *b = n->saved[1], *ia = n->inputs[0], *ib = n->inputs[1];
     fl_dtype cdt = (fl_dtype)n->iargs[0];
@@ -1063,14 +1107,17 @@ static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     }
     if (st == FL_OK && fl_node_input_needs_grad(n, 0)) {
         /* dA = dY · Bᵀ (summed over broadcast batch dims) */
+        uint64_t ev = torch_inner_grad_scope(n, 0, ia, ib);
         st = fl_tensor_transpose(&tt, b2, -1, -2);
         if (st == FL_OK) st = fl_matmul_raw(&t, g2, tt, cdt, FL_F32);
+        FL_PROF_END(ev);
         if (st == FL_OK) st = fl_sum_to_shape(&s, t, an, ash);
         if (st == FL_OK) st = fl_tensor_reshape(&gin[0], s, ia->ndim, ia->shape);
         fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(s);
         t = tt = s = NULL;
     }
     if (st == FL_OK && fl_node_input_needs_grad(n, 1)) {
+        uint64_t ev = torch_inner_grad_scope(n, 1, ia, ib);
         if (bn == 2 && an > 2) {
             /* B shared across a batch: one GEMM over the flattened rows, dB = A_flatᵀ · dY_flat */
             /* the rows counted, not -1, which is ambiguous when K or N is 0 (an empty tensor) */
@@ -1088,6 +1135,7 @@ static fl_status matmul_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
             if (st == FL_OK) st = fl_matmul_raw(&t, tt, g2, cdt, FL_F32);
             if (st == FL_OK) st = fl_sum_to_shape(&s, t, bn, bsh);
         }
+        FL_PROF_END(ev);
         if (st == FL_OK) st = fl_tensor_reshape(&gin[1], s, ib->ndim, ib->shape);
         fl_tensor_release(t); fl_tensor_release(tt); fl_tensor_release(s);
     }
@@ -1122,6 +1170,7 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
         n->saved_for[0] = 2;   /* dB = Aᵀ·dY, dA = dY·Bᵀ: a write to A matters only for B's gradient (torch's rule) */
         n->saved_for[1] = 1;
         n->iargs[0] = cdt;
+        n->iargs[1] = fl_matmul_torch_inner(a, b);   /* with_flops: torch's backward node (torch_inner_grad_scope) */
         /* an operand rounded for autocast is read through its copy: its own storage may go (torch's keeps the
          * copy alone) */
         if (ca != a) st = fl_node_input_stub(n, 0);

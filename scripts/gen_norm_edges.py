@@ -6,7 +6,8 @@ tests/data/norm_edges_torch.lua holds and tests/spec/msgs18_spec.lua checks: nor
 numbers, in fp32, bf16 and fp16: each result (its shape and values) and the gradient of its sum with respect to the
 input, or torch's refusal ("error"). The zeros keep their sign.
 The spec's records only (p = ±inf and p < 0 of the norms and distances, cdist's edges; since stop 102 p = 1 at a
-NaN and normalize's and renorm's ±inf at an inf); with --all every record
+NaN and normalize's and renorm's ±inf at an inf; since stop 103 the ±inf norm along a dim at an inf or NaN upstream
+gradient, with torch's max(dim) of |x| beside it); with --all every record
 (1,848), which the stop-101 comparison read (docs/robustness.md).
 Run: /opt/torch2/bin/python scripts/gen_norm_edges.py > tests/data/norm_edges_torch.lua"""
 import math
@@ -123,4 +124,21 @@ for op in list(OPS) + ["clip_grad_norm_"]:
                     continue
                 r = {"op": op, "input": name, "dtype": dt, "p": "nan" if math.isnan(p) else p, **r}
                 print("  " + out(r) + ",")
+# stop 103: the ±inf norm's own backward at an inf or NaN upstream gradient, beside torch's max(dim) of |x| (the same
+# function): vector_norm's backward multiplies the gradient by a 0/1 mask (inf·0 = NaN off the element that sets the
+# norm), max's selects (0 there); the root of normalize's and renorm's NaN slices above (docs/robustness.md, "The
+# profiler's FLOPs and the norms' edges, the rest (stop 103)")
+for dt in DTYPES:
+    for p in (INF, -INF):
+        for go in (INF, NAN, 2.0):
+            x = torch.tensor([[1.0, 5.0, -2.0], [-3.0, INF, 0.5]]).to(DTYPES[dt]).requires_grad_(True)
+            n = torch.linalg.vector_norm(x, p, dim=1)
+            g = torch.autograd.grad(n, x, torch.full_like(n, go))[0]
+            a = x.abs()
+            m = a.max(dim=1).values if p > 0 else a.min(dim=1).values
+            gm = torch.autograd.grad(m, x, torch.full_like(m, go))[0]
+            r = {"op": "norm_dim_upstream", "input": "[[1, 5, -2], [-3, inf, 0.5]]", "dtype": dt, "p": p,
+                 "go": go, "y": n.detach().double().flatten().tolist(), "g": g.double().flatten().tolist(),
+                 "g_max": gm.double().flatten().tolist()}
+            print("  " + out(r) + ",")
 print("}")

@@ -11,7 +11,7 @@ gaps() — the backwards of div, pow and the unary ops whose formulas torch writ
 matmul's folded operands (with an operand that requires grad, a non-contiguous batch, a vector first), and
 torch._scaled_mm (none: fp8lab's FP8 GEMM keeps 2·M·N·K, docs/lua-api.md); since stop 102 also the backwards of 0 ** x,
 a tensor to a tensor's power, erf and tan, and those fp8lab counts otherwise (left_backward: 2 / x, asin, acos, dot,
-a matrix times a vector). torch._scaled_mm's count is the host's: on the Intel AMX host that wrote the committed
+a matrix times a vector); since stop 103 recip_asin_acos_backward and mv_backward. torch._scaled_mm's count is the host's: on the Intel AMX host that wrote the committed
 scaled_mm records none; on an AMD Zen 3 (stop 102) torch's CPU _scaled_mm ran as aten::mm of the decoded operands and
 two aten::mul (68,096 FLOPs), so a run there keeps the committed scaled_mm records (put them back after regenerating).
 Run from the repository root with a PyTorch 2.x:
@@ -257,6 +257,31 @@ def gaps(dt):
         m, v = r(6, 5, grad=True, dt=dt), r(5, grad=True, dt=dt)
         return lambda: ((2 / a).sum().backward(), torch.asin(xs).sum().backward(), torch.acos(xc).sum().backward(),
                         torch.dot(u, w).backward(), (m @ v).sum().backward())
+
+    @prog("recip_asin_acos_backward")
+    def _():
+        # stop 103: left_backward's 2 / x, asin and acos, their forwards made outside the window: the backwards alone
+        # (ReciprocalBackward0 and MulBackward0: three aten::mul of x's size; AsinBackward0 and AcosBackward0: an
+        # aten::mul, an aten::add and an aten::mul each), which fp8lab counts as torch's since stop 103
+        a = r(4, 8, grad=True, dt=dt)
+        xs, xc = (torch.rand(4, 8) * 0.8 + 0.1).to(dt).requires_grad_(), (torch.rand(4, 8) * 0.8 + 0.1).to(dt).requires_grad_()
+        ys = [(2 / a).sum(), torch.asin(xs).sum(), torch.acos(xc).sum()]
+        return lambda: [y.backward() for y in ys]
+
+    @prog("mv_backward")
+    def _():
+        # stop 103: matmul's aten::mv and aten::dot routes and their backwards (MvBackward0: grad.ger(vec), an
+        # aten::mul of [R, 1] and [K] counting R, for the matrix, an uncounted aten::mv for the vector; DotBackward0:
+        # grad * other, 1 each), a vector times a batch torch folds into mv, one it runs as aten::bmm, and a
+        # non-foldable batch times a vector, aten::bmm of [4, 3, 5] and [4, 5, 1] (120)
+        mg, v, m, vg = r(6, 5, grad=True, dt=dt), r(5, dt=dt), r(6, 5, dt=dt), r(5, grad=True, dt=dt)
+        ag, vg2 = r(3, 6, 5, grad=True, dt=dt), r(5, grad=True, dt=dt)
+        vg3, bg = r(5, grad=True, dt=dt), r(3, 5, 6, grad=True, dt=dt)
+        v4, bg2 = r(5, dt=dt), r(3, 5, 6, grad=True, dt=dt)
+        ug, w = r(5, grad=True, dt=dt), r(5, dt=dt)
+        xt, v5 = r(3, 4, 5, dt=dt).transpose(0, 1), r(5, dt=dt)
+        return lambda: ((mg @ v).sum().backward(), (m @ vg).sum().backward(), (ag @ vg2).sum().backward(),
+                        (vg3 @ bg).sum().backward(), (v4 @ bg2).sum().backward(), (ug @ w).backward(), xt @ v5)
 
     @prog("matmul_folded")
     def _():

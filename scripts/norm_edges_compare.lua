@@ -47,6 +47,7 @@ local only = arg[2]
 local n, bad = 0, 0
 for _, r in ipairs(ref) do
   if only and not r.op:match(only) then goto skip end
+  if r.op == "norm_dim_upstream" then goto skip end   -- (stop 103's records: loose102_spec reads them)
   n = n + 1
   local p = r.p == "nan" and 0/0 or r.p
   local x = make(r.input, r.dtype)

@@ -77,6 +77,27 @@ P.left_backward = function(dt)
   end
 end
 
+-- stop 103's programs: left_backward's 2 / x, asin and acos with their forwards outside the window, and matmul's
+-- aten::mv and aten::dot routes with their backwards
+P.recip_asin_acos_backward = function(dt)
+  local a, xs, xc = r({ 4, 8 }, dt, true), in01(dt), in01(dt)
+  local ys = { (2 / a):sum(), xs:asin():sum(), xc:acos():sum() }
+  return function() for _, y in ipairs(ys) do y:backward() end end
+end
+P.mv_backward = function(dt)
+  local mg, v, m, vg = r({ 6, 5 }, dt, true), r({ 5 }, dt), r({ 6, 5 }, dt), r({ 5 }, dt, true)
+  local ag, vg2 = r({ 3, 6, 5 }, dt, true), r({ 5 }, dt, true)
+  local vg3, bg = r({ 5 }, dt, true), r({ 3, 5, 6 }, dt, true)
+  local v4, bg2 = r({ 5 }, dt), r({ 3, 5, 6 }, dt, true)
+  local ug, w = r({ 5 }, dt, true), r({ 5 }, dt)
+  local xt, v5 = r({ 3, 4, 5 }, dt):transpose(1, 2), r({ 5 }, dt)
+  return function()
+    mg:matmul(v):sum():backward(); m:matmul(vg):sum():backward(); ag:matmul(vg2):sum():backward()
+    vg3:matmul(bg):sum():backward(); v4:matmul(bg2):sum():backward(); ug:matmul(w):backward()
+    return xt:matmul(v5)
+  end
+end
+
 local function profile(work)
   local prof = fp8.profiler.profile { with_flops = true, record_shapes = true }
   prof:start()
@@ -114,7 +135,7 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
   end)
   for _, dt in ipairs { "f32", "bf16" } do
     for _, program in ipairs { "div_backward", "pow_backward", "unary_backward", "pow_tensor_backward",
-                               "erf_tan_backward" } do
+                               "erf_tan_backward", "recip_asin_acos_backward", "mv_backward" } do
       it(("%s (%s): the window's FLOPs and the ops that carry them, as torch's"):format(program, dt), function()
         fp8.manual_seed(0)
         local case = case_of(ref, program, dt)
@@ -127,7 +148,8 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
     end
   end
   it("div's and pow's rows by input shape are torch's", function()
-    for _, program in ipairs { "div_backward", "pow_backward", "pow_tensor_backward", "erf_tan_backward" } do
+    for _, program in ipairs { "div_backward", "pow_backward", "pow_tensor_backward", "erf_tan_backward",
+                               "recip_asin_acos_backward", "mv_backward" } do
       fp8.manual_seed(0)
       assert.are.equal(want_shaped(case_of(ref, program, "f32")), got_shaped(profile(P[program]("f32"))), program)
     end
@@ -150,19 +172,19 @@ describe("a backward counts the aten::mul and aten::add calls torch's formula ma
 end)
 
 describe("the backwards fp8lab counts otherwise than torch (stop 102, each for a documented reason)", function()
-  -- docs/robustness.md, "The profiler's last FLOPs, the norms' edges (stop 102)": fp8lab's formulas for 2 / x
-  -- (-s·((g/x)/x): two divisions where torch's reciprocal multiplies r·r), asin and acos (g / √(1 − x²), where torch
-  -- multiplies by rsqrt) run divisions torch's profiler would not count, so their nodes count none; dot's backward is
-  -- (t * y):sum()'s (the expanded gradient times each vector: 2·n), and a matrix times a vector's is matmul's two
-  -- GEMMs (2·M·K each) where torch's MvBackward0 counts grad.ger(vec) as an aten::mul of M
+  -- docs/robustness.md, "The profiler's FLOPs and the norms' edges, the rest (stop 103)": since stop 103 2 / x, asin,
+  -- acos and a matrix times a vector count torch's rows (recip_asin_acos_backward, mv_backward above: fp8lab's
+  -- divisions and GEMMs run inside scopes named and counted as torch's products); what is left: the forward's 2 / x is
+  -- one div event (torch's aten::reciprocal and aten::mul, 32 either way), and dot's backward is (t * y):sum()'s (the
+  -- expanded gradient times each vector: 2·n, where torch's DotBackward0 multiplies the 0-d gradient, 1 each)
   it("torch's rows, and fp8lab's total as documented", function()
     for _, dt in ipairs { "f32", "bf16" } do
       local case = case_of(ref, "left_backward", dt)
       assert.are.equal(328, case.total)   -- torch: 96 (2 / x's backward) + 32 (its forward) + 2 × 96 + 2 + 6
       fp8.manual_seed(0)
       local prof = profile(P.left_backward(dt))
-      -- fp8lab: the forward's 2 / x (32, torch's aten::mul), dot's 2 × 5, the matmul backward's 2 × 60
-      assert.are.equal("div: 1 calls, 32 FLOPs; matmul: 2 calls, 120 FLOPs; mul: 2 calls, 10 FLOPs", R.show(R.got(prof)), dt)
+      -- fp8lab: torch's but for the forward's 2 / x (div, torch's aten::mul) and dot's 2 × 5 (torch's 2 × 1)
+      assert.are.equal("add: 2 calls, 64 FLOPs; div: 1 calls, 32 FLOPs; mul: 10 calls, 240 FLOPs", R.show(R.got(prof)), dt)
     end
   end)
 end)
