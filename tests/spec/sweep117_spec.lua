@@ -1,7 +1,10 @@
 -- sweep117_spec.lua — stop 103's sweep117: gather, scatter, scatter_add, index_fill, index_add and index_copy at 0-d
 -- and with an empty index, as torch 2.15's (tests/data/sweep117_torch.lua from scripts/gen_sweep117.py: the result's
--- shape and values, and the gradients of sum(3 * result), or a raise), and take_along_dim's refusal at 0-d.
+-- shape and values, and the gradients of sum(3 * result), or a raise), and take_along_dim's refusal at 0-d; the
+-- sweep's one loop (plot._csv_fields given a lying object).
 -- docs/robustness.md, "The hostile sweep, the last batches (stop 103)".
+
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function err_of(f, ...)
   local ok, err = pcall(f, ...)
@@ -90,5 +93,16 @@ describe("index ops at 0-d and with an empty index, as torch 2.15's", function()
       :find("take_along_dim: a 0-d tensor has no dim to take along, got dim 1", 1, true))
     assert.truthy(err_of(x0.scatter, x0, 1, fp8.tensor(0), 7, "add")
       :find("scatter: reduce= is not supported", 1, true))
+  end)
+end)
+
+describe("the sweep's finding (stop 103)", function()
+  it("plot._csv_fields given a table whose every key answers a function ends with a refusal", function()
+    local V = setmetatable({}, { __index = function() return function() return 1 end end,
+      __len = function() return 3 end })
+    local ok, err = U.ends(require("fp8.plot")._csv_fields, V)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("plot._csv_fields: expected a line of text, got a table", 1, true), err)
+    assert.are.same({ "a", "b c", "" }, require("fp8.plot")._csv_fields('a,"b c",'))
   end)
 end)
