@@ -155,7 +155,13 @@ local function optimizer_params(opt)
       for _, p in ipairs(g.params or g) do out[#out + 1] = p end
     end
   elseif type(opt.params) == "table" then out = opt.params
-  elseif type(opt.parameters) == "function" then out = opt:parameters()
+  elseif type(opt.parameters) == "function" then
+    out = opt:parameters()
+    -- (a parameters() answering nil failed at 'attempt to index a nil value' in ipairs below until stop 103)
+    if type(out) ~= "table" then
+      error(("GradScaler: the optimizer's parameters() must return a list of tensors, got %s"):format(
+        require("fp8.opts").got(out)), 3)
+    end
   else error("GradScaler: cannot find the optimizer's parameters (expected param_groups or params)", 3) end
   for i, p in ipairs(out) do
     if type(p) ~= "table" and not require("fp8.core").is_tensor(p) then   -- (a table: an object with a grad)

@@ -204,6 +204,11 @@ end
 -- The fields of one CSV line as RFC 4180 writes them (acc:log_fp8_stats quotes a layer name that holds a comma or
 -- a quote, doubling its quotes): a quoted field runs to the quote that is not doubled, whatever it holds.
 local function csv_fields(line)
+  -- (stop 103's sweep) a table whose every key answers a function passed for line looped for ever: its sub and find
+  -- answer 1, so i never moved
+  if type(line) ~= "string" then
+    error(("plot._csv_fields: expected a line of text, got %s"):format(require("fp8.opts").got(line)), 2)
+  end
   local cells, i, n = {}, 1, #line
   while i <= n + 1 do
     if line:sub(i, i) == '"' then

@@ -10,21 +10,109 @@ local no_more, got = opts.no_more, opts.got
 local check_self, check_live, check_not_fp8 = T._check_self, T._check_live, T._check_not_fp8
 local at_caller = T._at_caller   -- every method below raises its errors at the user's line
 
--- the index over the shape of t with dim's size k: [k] viewed and expanded as scatter takes it; dim normalised
-local function spread(name, t, dim, index)
-  check_not_fp8(name, check_self(name, t))
-  if t:dim() == 0 then error(("%s: a 0-d tensor has no dim to index along"):format(name)) end
-  if math.type(dim) ~= "integer" or dim == 0 or math.abs(dim) > t:dim() then
-    error(("%s: dim must be in 1..%d or -%d..-1, got %s"):format(name, t:dim(), t:dim(), got(dim)))
+-- torch's 0-d forms (torch 2.15, tests/data/sweep117_torch.lua from scripts/gen_sweep117.py): a 0-d tensor, index
+-- or src counts as a 1-d one of size 1 (torch's ensure_nonempty_dim), so dim is 1 or -1 there, and the result has
+-- the index's shape (gather: 0-d for a 0-d index) or the tensor's (scatter: 0-d for a 0-d tensor); an empty index
+-- is taken without the shape rules (gather: an empty result of the index's shape; scatter: the tensor unchanged).
+-- Every other form goes to core's gather/scatter as before (core/gather.c, core/scatter.c).
+local c_gather, c_scatter, c_scatter_add = Tensor.gather, Tensor.scatter, Tensor.scatter_add
+local function one_d(t) return t:dim() == 0 and t:reshape { 1 } or t end
+local function dims(t) return math.max(t:dim(), 1) end
+
+-- dim normalised (1-based, positive) against t's dims, a 0-d tensor's one implicit dim counted
+local function dim_of(name, t, dim)
+  local nd = dims(t)
+  if math.type(dim) ~= "integer" or dim == 0 or math.abs(dim) > nd then
+    error(("%s: dim must be in 1..%d or -%d..-1%s, got %s"):format(name, nd, nd,
+      t:dim() == 0 and " (a 0-d tensor's one implicit dim)" or "", got(dim)))
   end
-  if dim < 0 then dim = t:dim() + 1 + dim end
+  return dim < 0 and nd + 1 + dim or dim
+end
+
+local function check_index(name, index)
   if not core.is_tensor(index) then error(("%s: expected an index tensor, got %s"):format(name, got(index))) end
   check_live(name, "the index", index)
-  if index:dim() ~= 1 then error(("%s: the index must be 1-d, got %s"):format(name, index:shape_str())) end
-  local view, full = {}, t:shape()
-  for i = 1, t:dim() do view[i] = i == dim and index:size(1) or 1 end
+end
+
+-- a core error under the method's name
+local function call(name, f, ...)
+  local r = table.pack(pcall(f, ...))
+  if r[1] then return r[2] end
+  error((tostring(r[2]):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^scatter_add: ", name .. ": "):gsub("^scatter: ",
+    name .. ": ")), 0)
+end
+
+-- t:gather(dim, index) (also fp8.gather(t, dim, index))
+Tensor.gather = at_caller(function(t, dim, index, ...)
+  if core.is_tensor(t) and core.is_tensor(index) and t:dim() > 0 and index:dim() > 0 and index:numel() > 0 then
+    return call("gather", c_gather, t, dim, index, ...)   -- the ordinary forms: core's checks and messages
+  end
+  check_self("gather", t)
+  no_more("gather", "(dim, index)", ...)
+  check_index("gather", index)
+  local d = dim_of("gather", t, dim)
+  local src = one_d(t)
+  if index:numel() == 0 then
+    -- an empty index of any shape (torch reads none of its sizes): an empty result of its shape, through core's
+    -- gather with an index of the tensor's shape but 0 along dim (so the gradient reaches t, as zeros)
+    local shape = src:shape()
+    shape[d] = 0
+    return (call("gather", c_gather, src, d, index:reshape(shape)):reshape(index:shape()))
+  end
+  if dims(index) ~= dims(t) then
+    error(("gather: the index must have the tensor's number of dims, %d (a 0-d tensor or index counts as 1-d), got %s")
+      :format(dims(t), index:shape_str()))
+  end
+  local r = call("gather", c_gather, src, d, one_d(index))
+  return index:dim() == 0 and r:reshape {} or r
+end)
+
+-- t:scatter(dim, index, src | value), t:scatter_add(dim, index, src) (also fp8.scatter(t, ...))
+local function scatter_form(name, cf)
+  return at_caller(function(t, dim, index, src, ...)
+    if select("#", ...) > 0 or (core.is_tensor(t) and core.is_tensor(index) and t:dim() > 0 and index:dim() > 0
+        and index:numel() > 0 and not (core.is_tensor(src) and src:dim() == 0)) then
+      return call(name, cf, t, dim, index, src, ...)   -- the ordinary forms (and reduce=): core's checks and messages
+    end
+    check_self(name, t)
+    check_index(name, index)
+    local d = dim_of(name, t, dim)
+    if core.is_tensor(src) then check_live(name, "src", src)
+    elseif not (name == "scatter" and type(src) == "number") then
+      error(("%s: expected a src tensor%s, got %s"):format(name, name == "scatter" and " or a number value" or "",
+        got(src)))
+    end
+    if index:numel() == 0 then
+      -- an empty index of any shape (torch reads none of its sizes, nor src's): the tensor's values unchanged
+      check_not_fp8(name, t:dtype())
+      return t:clone()
+    end
+    if dims(index) ~= dims(t) or (core.is_tensor(src) and dims(src) ~= dims(t)) then
+      error(("%s: the index%s must have the tensor's number of dims, %d (a 0-d tensor, index or src counts as "
+        .. "1-d), got %s%s"):format(name, core.is_tensor(src) and " and src" or "", dims(t), index:shape_str(),
+        core.is_tensor(src) and (" and " .. src:shape_str()) or ""))
+    end
+    local r = call(name, cf, one_d(t), d, one_d(index), core.is_tensor(src) and one_d(src) or src)
+    return t:dim() == 0 and r:reshape {} or r
+  end)
+end
+Tensor.scatter = scatter_form("scatter", c_scatter)
+Tensor.scatter_add = scatter_form("scatter_add", c_scatter_add)
+core.gather, core.scatter, core.scatter_add = Tensor.gather, Tensor.scatter, Tensor.scatter_add
+
+-- the index over the shape of t with dim's size k: [k] viewed and expanded as scatter takes it; dim normalised. A 0-d
+-- t works as [1] (t1, returned), a 0-d index as one position (torch 2.15's, as index_select's).
+local function spread(name, t, dim, index)
+  check_not_fp8(name, check_self(name, t))
+  dim = dim_of(name, t, dim)
+  check_index(name, index)
+  if index:dim() > 1 then error(("%s: the index must be 1-d (or 0-d), got %s"):format(name, index:shape_str())) end
+  index = one_d(index)
+  local t1 = one_d(t)
+  local view, full = {}, t1:shape()
+  for i = 1, t1:dim() do view[i] = i == dim and index:size(1) or 1 end
   full[dim] = index:size(1)
-  return dim, index:view(view):expand(full), full
+  return dim, index:view(view):expand(full), full, t1
 end
 
 -- source of the shape t has with dim's size k (torch's index_add/index_copy)
@@ -40,18 +128,17 @@ local function check_source(name, t, dim, source, full)
   end
 end
 
--- a core error under the method's name
-local function call(name, f, ...)
-  local r = table.pack(pcall(f, ...))
-  if r[1] then return r[2] end
-  error((tostring(r[2]):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^scatter_add: ", name .. ": "):gsub("^scatter: ",
-    name .. ": ")), 0)
-end
-
 -- t:index_add(dim, index, source [, alpha | {alpha=1}])
 Tensor.index_add = at_caller(function(t, dim, index, source, alpha, ...)
   no_more("index_add", "(dim, index, source [, {alpha=}])", ...)
-  local d, idx, full = spread("index_add", t, dim, index)
+  local d, idx, full, t1 = spread("index_add", t, dim, index)
+  -- torch's: a 0-d tensor takes a 0-d source (as [1]); any other takes a source of its own number of dims
+  if t:dim() == 0 and core.is_tensor(source) then
+    if source:dim() ~= 0 then
+      error(("index_add: a 0-d tensor takes a 0-d source (torch's), got %s"):format(source:shape_str()))
+    end
+    source = one_d(source)
+  end
   check_source("index_add", t, d, source, full)
   if type(alpha) == "table" and not core.is_tensor(alpha) then
     alpha = opts.check("index_add", alpha, { "alpha" }, 3).alpha
@@ -60,21 +147,25 @@ Tensor.index_add = at_caller(function(t, dim, index, source, alpha, ...)
     error(("index_add: alpha must be a number, got %s"):format(got(alpha)))
   end
   if alpha ~= nil and alpha ~= 1 then source = source * alpha end
-  return call("index_add", t.scatter_add, t, d, idx, source)
+  local r = call("index_add", t1.scatter_add, t1, d, idx, source)
+  return t:dim() == 0 and r:reshape {} or r
 end)
 
 -- t:index_copy(dim, index, source)
 Tensor.index_copy = at_caller(function(t, dim, index, source, ...)
   no_more("index_copy", "(dim, index, source)", ...)
-  local d, idx, full = spread("index_copy", t, dim, index)
+  local d, idx, full, t1 = spread("index_copy", t, dim, index)
+  -- torch's: a 0-d source into a 0-d or 1-d tensor is one slice (as [1]: the index must name one position)
+  if t:dim() <= 1 and core.is_tensor(source) and source:dim() == 0 then source = one_d(source) end
   check_source("index_copy", t, d, source, full)
-  return call("index_copy", t.scatter, t, d, idx, source)
+  local r = call("index_copy", t1.scatter, t1, d, idx, source)
+  return t:dim() == 0 and r:reshape {} or r
 end)
 
 -- t:index_fill(dim, index, value): value a number (or a 0-d tensor's)
 Tensor.index_fill = at_caller(function(t, dim, index, value, ...)
   no_more("index_fill", "(dim, index, value)", ...)
-  local d, idx = spread("index_fill", t, dim, index)
+  local d, idx, _, t1 = spread("index_fill", t, dim, index)
   if core.is_tensor(value) then
     check_live("index_fill", "value", value)
     if value:dim() ~= 0 then
@@ -84,7 +175,8 @@ Tensor.index_fill = at_caller(function(t, dim, index, value, ...)
   elseif type(value) ~= "number" then
     error(("index_fill: value must be a number or a 0-d tensor, got %s"):format(got(value)))
   end
-  return call("index_fill", t.scatter, t, d, idx, value)
+  local r = call("index_fill", t1.scatter, t1, d, idx, value)
+  return t:dim() == 0 and r:reshape {} or r
 end)
 
 return {}

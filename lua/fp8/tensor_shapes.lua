@@ -152,6 +152,10 @@ Tensor.take_along_dim = at_caller(function(t, idx, dim, ...)
   if idx:dim() ~= t:dim() then
     error(("take_along_dim: indices %s must have the tensor's %d dims"):format(idx:shape_str(), t:dim()), 2)
   end
+  if t:dim() == 0 then   -- (norm_dim said 'dim must be an integer in 1..0 or -0..-1'); torch 2.15 refuses too
+    error(("take_along_dim: a 0-d tensor has no dim to take along, got dim %s (without dim, it is taken as [1])")
+      :format(got(dim)), 2)
+  end
   local d = norm_dim("take_along_dim", dim, t:dim(), 2)
   local ts, is = {}, {}
   for i = 1, t:dim() do

@@ -6,7 +6,7 @@
 --
 --   build/fp8lab tests/fuzz/api_sweep.lua [--quick] [--seed N] [--calls N] [--batch N]
 --                [--timeout S] [--jobs N] [--list] [--filter P] [--messages] [--verbose] [--gc-stress] [--leaks]
---                [--from N] [--values A-B]
+--                [--from N] [--to N] [--values A-B]
 --   --quick     a seeded random sample of --calls calls (default 50000) of the older values, and of the values added
 --               since sweep 115 as many more as their share (--values below): what `make test` runs
 --   (default)   the full sweep: every entry x every hostile value x every argument position
@@ -15,6 +15,7 @@
 --               any of them), every form and value of each: a whole sweep of what a change touched
 --   --from N    start at batch N (the batches before it skipped): a long sweep stopped part way resumed where it
 --               stopped, with the same --batch, --filter and --quick/--seed/--calls (its counts are the rest's)
+--   --to N      stop after batch N (the batches after it skipped): with --from, exactly the batches N1..N2 of a sweep
 --   --values A-B only the hostile values numbered A..B (VALUES' order): the values added since sweep 115 (their calls
 --               follow the older values', so the old calls keep their numbers) over the whole API, as --list names them
 --   --messages  also list calls whose error message names neither the function nor the argument
@@ -29,7 +30,8 @@ local EXE = os.getenv("FP8LAB_EXE") or arg and arg[-1] or "build/fp8lab"
 local SELF = arg and arg[0] or "tests/fuzz/api_sweep.lua"
 
 -- ---- options ------------------------------------------------------------------------------
-local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, from = 1, list = false,
+local opt = { quick = false, seed = 1, calls = 50000, batch = 2000, timeout = 5, jobs = 2, from = 1, to = math.huge,
+              list = false,
               messages = false, verbose = false, child = nil, ["gc-stress"] = false, leaks = false, filter = {} }
 do
   local i = 1
@@ -37,7 +39,7 @@ do
     local a = arg[i]
     local k = a:match("^%-%-([%w_%-]+)$")
     if k == "quick" or k == "list" or k == "messages" or k == "verbose" or k == "gc-stress" or k == "leaks" then opt[k] = true
-    elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" or k == "from" then
+    elseif k == "seed" or k == "calls" or k == "batch" or k == "timeout" or k == "jobs" or k == "from" or k == "to" then
       opt[k] = tonumber(arg[i + 1]) or error("--" .. k .. " needs a number"); i = i + 1
     elseif k == "child" then opt.child = arg[i + 1]; i = i + 1
     elseif k == "values" then opt.values = arg[i + 1] or error("--values needs a range a-b"); i = i + 1
@@ -1121,7 +1123,7 @@ local function parent()
   end
   local t0 = os.time()
   for bi, b in ipairs(batches) do
-    if bi < opt.from then goto next_batch end
+    if bi < opt.from or bi > opt.to then goto next_batch end
     run_batch(b, tostring(bi))
     if opt.verbose or bi % 20 == 0 then
       io.stderr:write(("  batch %d/%d, %d findings, %ds\n"):format(bi, #batches, #findings, os.time() - t0))
