@@ -3,6 +3,10 @@
 -- fp8.hist of a tensor scaled per index along a dim (axis=): stop 102's faster path read the codes through a flat
 -- reshape, which such a tensor refuses ('reshape: e4m3 tensor [37, 29] is scaled per index along dim 1 ...'); the
 -- counts are checked against the cast's own bytes, counted here.
+-- fp8.cdist by chunks with a bf16 (or fp16) input requiring grad: the chunks' autograd.Function got the output's
+-- gradient rounded to bf16 (a Function's gradient takes its result's dtype), where the whole tensor's graph reads the
+-- fp32 gradient: x1's gradient was up to 2e-2 off the unchunked one. Checked against the unchunked graph's bits and
+-- against the derivative worked in doubles.
 local F8 = fp8
 
 -- each code's class counted from the cast's bytes (fp8.format's fields; the sign dropped)
@@ -55,4 +59,76 @@ describe("fp8.hist of a tensor scaled per index along a dim (stop 102's flat rea
       end)
     end
   end
+end)
+
+describe("fp8.cdist by chunks: a bf16 or fp16 input's gradient is the unchunked graph's", function()
+  -- d/dx1[i] of sum_ij w[i][j] * ||x1[i] - x2[j]||_p, and d/dx2[j], in doubles from the inputs' values
+  local function ref_grads(a, b, w, p)
+    local ga, gb = {}, {}
+    for i = 1, #a do ga[i] = { 0, 0, 0 } end
+    for j = 1, #b do gb[j] = { 0, 0, 0 } end
+    for i = 1, #a do
+      for j = 1, #b do
+        local s = 0.0
+        for k = 1, 3 do s = s + math.abs(a[i][k] - b[j][k]) ^ p end
+        local dist = s ^ (1 / p)
+        for k = 1, 3 do
+          local d = a[i][k] - b[j][k]
+          local g = (d > 0 and 1 or d < 0 and -1 or 0) * (math.abs(d) / dist) ^ (p - 1) * w[i][j]
+          ga[i][k] = ga[i][k] + g
+          gb[j][k] = gb[j][k] - g
+        end
+      end
+    end
+    return ga, gb
+  end
+  for _, dt in ipairs { "bf16", "fp16" } do
+    for _, p in ipairs { 2, 3, 1.5 } do
+      it(("%s, p = %s"):format(dt, p), function()
+        local a0 = F8.tensor({ { 0.5, -1.25, 2 }, { 1.5, 0.75, -0.5 }, { -2, 1, 0.25 }, { 0.125, 3, -1 },
+          { 2.5, -0.25, 1.75 } }):to(dt)
+        local b0 = F8.tensor({ { -0.5, 0.5, 1 }, { 1, -1, 0 }, { 0.25, 2, -1.5 }, { -1.5, -0.75, 2.25 } }):to(dt)
+        local wv = {}
+        for i = 1, 5 do wv[i] = {} for j = 1, 4 do wv[i][j] = 1 + (i * 4 + j) / 1000 + 1 / 3 end end
+        local w = F8.tensor(wv)
+        local function run(chunk)
+          local a, b = a0:clone():requires_grad_(true), b0:clone():requires_grad_(true)
+          local y = chunk and F8._cdist_chunk(6, function() return F8.cdist(a, b, p) end) or F8.cdist(a, b, p)
+          assert.are.equal(dt, y:dtype())
+          ;(y:float() * w):sum():backward()
+          return a.grad:tolist(), b.grad:tolist()
+        end
+        local ga1, gb1 = run(false)
+        local ga2, gb2 = run(true)
+        local ra, rb = ref_grads(a0:float():tolist(), b0:float():tolist(), wv, p)
+        for i = 1, 5 do
+          for k = 1, 3 do
+            assert.are.equal(ga1[i][k], ga2[i][k], ("x1's gradient [%d][%d]: chunked %.9g, whole %.9g"):format(i, k,
+              ga2[i][k], ga1[i][k]))
+            assert.is_true(math.abs(ga2[i][k] - ra[i][k]) <= 3e-2 * (1 + math.abs(ra[i][k])))
+          end
+        end
+        for j = 1, 4 do
+          for k = 1, 3 do   -- (x2's: summed over the chunks, another order of the same fp32 sum)
+            assert.is_true(math.abs(gb1[j][k] - gb2[j][k]) <= 1e-6 * (1 + math.abs(gb1[j][k])),
+              ("x2's gradient [%d][%d]: chunked %.9g, whole %.9g"):format(j, k, gb2[j][k], gb1[j][k]))
+            assert.is_true(math.abs(gb2[j][k] - rb[j][k]) <= 3e-2 * (1 + math.abs(rb[j][k])))
+          end
+        end
+      end)
+    end
+  end
+
+  it("the result's dtype is the unchunked one's (bf16 x1 with fp32 x2: fp32), for every p", function()
+    for _, p in ipairs { 0, 1, 2, 0.5, math.huge } do
+      for _, d in ipairs { { "bf16", "fp32" }, { "fp32", "bf16" }, { "bf16", "fp16" }, { "bf16", "bf16" } } do
+        local a = F8.tensor({ { 0.5, -1.25, 2 }, { 1.5, 0.75, -0.5 }, { -2, 1, 0.25 } }):to(d[1]):requires_grad_(true)
+        local b = F8.tensor({ { -0.5, 0.5, 1 }, { 1, -1, 0 } }):to(d[2])
+        local w = F8.cdist(a, b, p)
+        local c = F8._cdist_chunk(4, function() return F8.cdist(a, b, p) end)
+        assert.are.equal(w:dtype(), c:dtype(), ("p = %s, %s and %s"):format(p, d[1], d[2]))
+        assert.are.same(w:float():tolist(), c:float():tolist())
+      end
+    end
+  end)
 end)
