@@ -132,3 +132,37 @@ describe("fp8.cdist by chunks: a bf16 or fp16 input's gradient is the unchunked 
     end
   end)
 end)
+
+-- stop 102 refused proxies (a metatable with __index or __pairs) as options tables, whose keys are read raw and
+-- values by lookups; an optimizer's parameter group (torch's dict {params=, lr=, ...}), the one-table form
+-- SGD{params=, lr=} and resolve's config= are read the same way and still took a proxy: its lr (its __index's)
+-- dropped and the default kept, its keys unchecked.
+describe("options read raw refuse a proxy there too (stop 102's refusal)", function()
+  local function proxy(stored, index) return setmetatable(stored, { __index = index }) end
+  local function refused(where, f)
+    local ok, err = pcall(f)
+    assert.is_false(ok, where .. ": accepted")
+    assert.is_truthy(tostring(err):find("plain table", 1, true), where .. ": " .. tostring(err))
+  end
+  it("a parameter group, in the list or by add_param_group, and the one-table form", function()
+    local w = F8.randn({ 3 }):requires_grad_(true)
+    refused("SGD{proxy}", function() return F8.optim.SGD(proxy({ params = { w } }, { lr = 0.5 })) end)
+    refused("SGD{params in __index}", function() return F8.optim.SGD(proxy({}, { params = { w }, lr = 0.5 })) end)
+    refused("a group", function() return F8.optim.SGD({ proxy({ params = { w } }, { lr = 0.5 }) }, { lr = 0.1 }) end)
+    refused("AdamW's group", function() return F8.optim.AdamW({ proxy({ params = { w } }, { lr = 0.5 }) }) end)
+    local o = F8.optim.SGD({ F8.randn({ 2 }):requires_grad_(true) }, { lr = 0.1 })
+    refused("add_param_group", function() return o:add_param_group(proxy({ params = { w } }, { lr = 0.5 })) end)
+    assert.are.equal(1, #o.param_groups)
+    -- plain ones as before: the group's lr taken
+    local p = F8.optim.SGD({ { params = { w }, lr = 0.5 } }, { lr = 0.1 })
+    assert.are.equal(0.5, p.param_groups[1].lr)
+    assert.are.equal(0.5, F8.optim.SGD({ params = { w }, lr = 0.5 }).param_groups[1].lr)
+  end)
+  it("resolve's config= table", function()
+    local K = require "fp8.kwargs"
+    refused("config", function() return K.resolve({ config = proxy({}, { mixed_precision = "bf16" }) }) end)
+    refused("config __pairs", function()
+      return K.resolve({ config = setmetatable({}, { __pairs = function() return next, {}, nil end }) })
+    end)
+  end)
+end)
