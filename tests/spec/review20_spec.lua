@@ -166,3 +166,30 @@ describe("options read raw refuse a proxy there too (stop 102's refusal)", funct
     end)
   end)
 end)
+
+-- fp8.opts.internal_functions tells the library's callers from a user's by the calling chunk's name (lua/fp8/...):
+-- a user's chunk loaded under a library file's name passed for the library's own (stop 101's and 102's leftover),
+-- its bad call raising the raw 'lua/fp8/ddp.lua:56: attempt to index a nil value'. Since stop 103 the host registers
+-- the library's chunks (their _ENV upvalues, lua/main.c note_library_chunk) and such a chunk is a user's.
+describe("internal_functions: a user's chunk named as a library file is a user's caller", function()
+  local code = [[
+local agree = require("fp8.ddp").agree
+local ok, err = pcall(agree, nil, nil)
+return err
+]]
+  it("gets the named error a user's chunk gets", function()
+    local user = load(code, "@/tmp/review20_user.lua")()
+    assert.truthy(user:find("fp8.ddp.agree: got (nil, nil)", 1, true), user)
+    local forged = load(code, "@lua/fp8/ddp.lua")()
+    assert.are.equal(user, forged)
+  end)
+  it("a chunk registered as the library's takes the library's path (the raw error, as before)", function()
+    local f = load(code, "@lua/fp8/ddp.lua")
+    local envs = debug.getregistry()["fp8.library_envs"]
+    assert.are.equal("table", type(envs), "the host registers the library's chunks")
+    envs[debug.upvalueid(f, 1)] = true
+    local err = f()
+    envs[debug.upvalueid(f, 1)] = nil
+    assert.truthy(err:find("^lua/fp8/ddp%.lua:%d+: attempt to index a nil value"), err)
+  end)
+end)
