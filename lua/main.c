@@ -208,6 +208,25 @@ static int interrupted_error(lua_State *L) {
 
 /* ---- embedded modules ------------------------------------------------------------------ */
 
+/* The library's chunks, as the identities of their _ENV upvalues (a main chunk's first, which every closure the
+ * chunk makes shares where it reads a global): registry["fp8.library_envs"][upvalueid] = true, which
+ * fp8.opts.internal_functions reads to tell the library's callers from a user's chunk that only carries a library
+ * file's name (load(code, "@lua/fp8/ddp.lua") passed for the library's own until stop 103). The loaded chunk on top. */
+static void note_library_chunk(lua_State *L) {
+    void *id = lua_upvalueid(L, -1, 1);
+    if (!id) return;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "fp8.library_envs") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "fp8.library_envs");
+    }
+    lua_pushlightuserdata(L, id);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
 /* Loads module `name` from the FP8LAB_LUA_DIR tree (upvalue). The variable may name either the
  * directory holding fp8/ (e.g. lua) or fp8/ itself. Pushes loader+path or a "no file" string. */
 static int search_dev_dir(lua_State *L, const char *name, const char *dir) {
@@ -227,6 +246,7 @@ static int search_dev_dir(lua_State *L, const char *name, const char *dir) {
         if (luaL_loadfilex(L, cand[i], "t") != LUA_OK)
             return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, cand[i],
                               lua_tostring(L, -1));
+        note_library_chunk(L);
         lua_pushstring(L, cand[i]);
         return 2;
     }
@@ -257,6 +277,7 @@ static int embedded_searcher(lua_State *L) {
         const char *chunk = lua_pushfstring(L, "@%s", fl_lua_embedded[i].path);
         if (luaL_loadbufferx(L, (const char *)fl_lua_embedded[i].src, fl_lua_embedded[i].len, chunk, "t") != LUA_OK)
             return luaL_error(L, "error loading embedded module '%s':\n\t%s", name, lua_tostring(L, -1));
+        note_library_chunk(L);
         lua_pushstring(L, fl_lua_embedded[i].path);
         return 2;
     }

@@ -94,16 +94,27 @@ local function hist(t, fmt, opts, ...)
   -- memory' (stop 102); what still does not fit is named
   local n = q:numel()
   local counts = {}
-  local ok, err = pcall(function()
-    local flat = n > 0 and q:reshape({ n }) or nil
-    for s = 1, n, HIST_CHUNK do
-      local bytes = flat:narrow(1, s, math.min(HIST_CHUNK, n - s + 1)):bytes()
-      for i = 1, #bytes do
-        local b = bytes[i] & 0x7F
-        counts[b] = (counts[b] or 0) + 1
-      end
+  local function count(bytes)
+    for i = 1, #bytes do
+      local b = bytes[i] & 0x7F
+      counts[b] = (counts[b] or 0) + 1
     end
-  end)
+  end
+  -- by runs of dim 1, or each slice of it where one is larger than a chunk: a tensor scaled per index along a dim
+  -- (axis=) has no flat view (reshape refuses to merge its scaled dim; stop 102 read a flat one and refused those)
+  local function walk(t)
+    local m = t:numel()
+    if m <= HIST_CHUNK or t:dim() == 0 then return count(t:bytes()) end
+    local rows = t:size(1)
+    local per = m // rows
+    if per > HIST_CHUNK then
+      for i = 1, rows do walk(t:select(1, i)) end
+      return
+    end
+    local step = HIST_CHUNK // per
+    for s = 1, rows, step do count(t:narrow(1, s, math.min(step, rows - s + 1)):bytes()) end
+  end
+  local ok, err = pcall(walk, q)
   if not ok then
     local msg = unplaced(err)
     if msg:find("not enough memory", 1, true) or msg:find("out of memory", 1, true) then

@@ -668,6 +668,9 @@ end
 local function read_config(cfg, notices)
   if cfg == nil then return {}, nil, nil end
   if type(cfg) ~= "table" then fail("resolve: config: expected a table, got %s", got(cfg)) end
+  -- (its keys are checked raw below and its values read by lookups: a proxy's keys went unchecked; stop 103)
+  local proxy = O.proxy_text(cfg)
+  if proxy then fail("resolve: config: %s", proxy) end
   -- path and notices: what fp8.config.load adds to a file's settings (the file, what it noticed reading it)
   local path = cfg.path
   if path ~= nil and type(path) ~= "string" then fail("resolve: config: path: expected a string, got %s", got(path)) end

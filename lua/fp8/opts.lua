@@ -257,16 +257,31 @@ local RAW_ERRORS = { "attempt to ", "bad argument #%d+ to '%?'", "table index is
 -- each calling function's kind, read once ("C", or whether its chunk is the library's): a frame's "S" fields cost
 -- more than its function ("f": no chunk name made), and a library function calls these helpers again and again
 local CALLER_KIND = setmetatable({}, { __mode = "k" })
+-- Whether f, a function of a chunk named as the library's, was made by one of the library's chunks: where the host
+-- registered them (lua/main.c note_library_chunk: their _ENV upvalues' identities), an _ENV upvalue of f must be one
+-- of those; a user's chunk loaded under a library file's name (load(code, "@lua/fp8/ddp.lua")) has its own _ENV and
+-- passed for the library's until stop 103. A function with no _ENV upvalue (it reads no global) is taken by its name,
+-- as before; so is every one where no host registered the chunks (the library loaded by another Lua).
+local function library_made(f, nups)
+  local envs = debug.getregistry()["fp8.library_envs"]
+  if type(envs) ~= "table" then return true end
+  for i = 1, nups do
+    if debug.getupvalue(f, i) == "_ENV" then return rawget(envs, debug.upvalueid(f, i)) == true end
+  end
+  return true
+end
 local function own_caller()
   -- the first Lua frame above the wrapper (C frames, pcall's, skipped): the library's own chunks are named
-  -- lua/fp8/... (errfmt's rule); a wrapper reached by a tail call looks at the frame below the one that made it
+  -- lua/fp8/... (errfmt's rule) and made by the library (library_made); a wrapper reached by a tail call looks at
+  -- the frame below the one that made it
   for level = 3, 12 do
     local fi = debug.getinfo(level, "f")
     if fi == nil then return false end
     local kind = CALLER_KIND[fi.func]
     if kind == nil then
-      local info = debug.getinfo(fi.func, "S")
-      kind = info.what == "C" and "C" or (info.source:match("^@lua/fp8/") ~= nil or info.source:match("^@.*/lua/fp8/") ~= nil)
+      local info = debug.getinfo(fi.func, "Su")
+      kind = info.what == "C" and "C" or ((info.source:match("^@lua/fp8/") ~= nil or info.source:match("^@.*/lua/fp8/") ~= nil)
+        and library_made(fi.func, info.nups))
       CALLER_KIND[fi.func] = kind
     end
     if kind ~= "C" then return kind end

@@ -385,7 +385,7 @@ local function cdist_fn()
       forward = function(ctx, a, b, p, c)
         ctx:save_for_backward(a, b)
         ctx.p, ctx.c = p, c
-        return cdist_chunked(a, b, p, c)
+        return cdist_chunked(a, b, p, c):float()   -- (fp32: see M.cdist)
       end,
       backward = function(ctx, g)
         local a, b = ctx.saved_tensors[1], ctx.saved_tensors[2]
@@ -397,7 +397,7 @@ local function cdist_fn()
             local ac = rows_of(a, s, len):detach():requires_grad(true)
             local bd = b:detach():requires_grad(true)
             local d = cdist_of(ac, bd, p)
-            local x, y = autograd.grad(d, { ac, bd }, rows_of(g, s, len):to(d:dtype()), { materialize_grads = true })
+            local x, y = autograd.grad(d, { ac, bd }, rows_of(g, s, len), { materialize_grads = true })
             ga[#ga + 1] = x
             gb = gb and gb + y or y
           end)
@@ -448,7 +448,11 @@ M.cdist = at_caller(function(a, b, p, ...)
   local c = cdist_rows(a, b)
   if c >= a:size(-2) then return cdist_of(a, b, p) end
   if not (core.is_grad_enabled() and (a:requires_grad() or b:requires_grad())) then return cdist_chunked(a, b, p, c) end
-  return cdist_fn()(a, b, p, c)
+  -- the Function's result is fp32, rounded here to the dtype the chunks' distances have (cdist_of of no rows): a
+  -- Function's gradient takes its result's dtype, and the chunks' backward is to read the fp32 gradient the whole
+  -- tensor's graph reads (a bf16 one was x1's gradient up to 2e-2 off the unchunked one; stop 103)
+  local dt = cdist_of(rows_of(a, 1, 0):detach(), b:detach(), p):dtype()
+  return cdist_fn()(a, b, p, c):to(dt)
 end)
 
 -- searchsorted(sorted_sequence, values [, {right=false, side=}]): for each value the 0-based position in its row of

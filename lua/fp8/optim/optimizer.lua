@@ -54,6 +54,9 @@ function Optimizer.new(cls, name, defaults, params, opts)
       fp8.is_tensor(defaults) and "a tensor" or type(defaults) == "table" and "a table with a metatable" or type(defaults)), 2)
   end
   if type(params) == "table" and opts == nil and params.params ~= nil and not fp8.is_tensor(params[1]) then
+    -- (a proxy's options were read raw below and dropped: SGD(proxy {params=} with lr in its __index) kept its
+    -- default lr; refused as the options table is, stop 103)
+    O.check_plain(name, params, 2)
     opts = {}
     for k, v in next, params do if k ~= "params" then opts[k] = v end end
     params = params.params
@@ -90,6 +93,12 @@ end
 function Optimizer:_add_group(g, i)
   if type(g) ~= "table" then
     error(("%s: parameter group must be a table {params=..., ...}, got %s"):format(self.name, type(g)), 0)
+  end
+  -- a group is options too: its keys are read raw below, so a proxy's lr (its __index's) was dropped and the
+  -- default taken (stop 103; the options table itself is refused so since stop 102)
+  local proxy = O.proxy_text(g)
+  if proxy then
+    error(("%s: %s%s"):format(self.name, i and ("parameter group " .. i .. ": ") or "parameter group: ", proxy), 0)
   end
   local group = { params = tensor_list(self.name, g.params, i and ("group " .. i .. " params") or "params") }
   -- a parameter in two places would be updated twice a step (torch refuses it across groups, warns within one)

@@ -122,6 +122,9 @@ function U.fails_with(needles, f, ...)
   return err
 end
 
+-- Runs f(...) and returns its error message, asserting it failed (fails_with with no needles; the sweep specs' err_of)
+function U.err_of(f, ...) return U.fails_with({}, f, ...) end
+
 -- t's elements in order, as one flat Lua list (any number of dims)
 function U.flat(t)
   local out = {}
