@@ -1,5 +1,10 @@
 -- Found on 2026-12-07 (stop 103): out of memory, what stop 102 left: Open MPI's MPI_ERR_INTERN (its answer where an
--- allocation of its own fails) was not named as an out of memory.
+-- allocation of its own fails) was not named as an out of memory; MS-AMP O1's FP8 gradient all-reduce issued again
+-- after its MPI_Iallreduce failed ran its amax all-reduce again, which met the other process's sum (a step that
+-- process took as averaged, then MPI_ERR_TRUNCATE); under find_unused_parameters a bucket's MPI_Iallreduce that
+-- failed after the flags' all-reduce was never issued again (the other process waited until the watchdog ended the
+-- job), and one whose packing failed there was the failing process's error only (the other took the step as
+-- averaged).
 -- docs/robustness.md, "Out of memory, stop 102's leftovers (stop 103)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
@@ -32,5 +37,46 @@ describe("out of memory under two processes", function()
       end
       assert.matches(("rank %d then: 4.0\n"):format(r), text)
     end
+  end)
+
+  -- MS-AMP O1: an FP8 weight gradient is all-reduced after its amax's MAX all-reduce. With a 4 MiB hole on rank 1
+  -- its MPI_Iallreduce failed (out of memory inside MPI) and the item was issued again in the backward's finish,
+  -- amax all-reduce and all: that met rank 0's flags all-reduce, rank 0 took the step as averaged ('ran') and the
+  -- next step failed on both with MPI_ERR_TRUNCATE
+  it_mem("MS-AMP O1's FP8 all-reduce: the step fails on both processes, and the next runs", function()
+    if not MPI.can then pending(MPI.why) return end
+    local text, rc = job("tests/dist/oom_ddp.lua", "1 4 o1")
+    assert.are.equal(0, rc, text)
+    assert.matches("rank 1: [^\n]*out of memory", text)
+    assert.matches("rank 0: DDP: another process's backward failed", text)
+    assert.matches("rank 0 next: ran", text)
+    assert.matches("rank 1 next: ran", text)
+  end)
+
+  -- find_unused_parameters: every bucket starts after the backward. With an 8 MiB hole on rank 0 a bucket's
+  -- MPI_Iallreduce failed there after the flags' all-reduce had told rank 1 all was well; it was never issued
+  -- again, and rank 1 waited in it until the watchdog ended the job (exit 1)
+  it_mem("find_unused_parameters: the step fails on both processes, and the next runs", function()
+    if not MPI.can then pending(MPI.why) return end
+    local text, rc = job("tests/dist/oom_ddp.lua", "0 8 unused")
+    assert.are.equal(0, rc, text)
+    assert.matches("rank 0: [^\n]*out of memory", text)
+    assert.matches("rank 1: DDP: another process's backward failed", text)
+    assert.matches("rank 0 next: ran", text)
+    assert.matches("rank 1 next: ran", text)
+  end)
+
+  -- find_unused_parameters with comm_hook="fp16": with a 10 MiB hole on rank 0 the backward ran and a bucket's
+  -- packing (its fp32 copy) failed after the flags' all-reduce: the bucket went out as zeros and rank 1 took the
+  -- step as averaged ('ran', its gradients half of what they should be), rank 0 raised. The flags go after the
+  -- buckets now
+  it_mem("find_unused_parameters: a bucket's packing that fails is an error on both processes", function()
+    if not MPI.can then pending(MPI.why) return end
+    local text, rc = job("tests/dist/oom_ddp.lua", "0 10 unused16")
+    assert.are.equal(0, rc, text)
+    assert.matches("rank 0: ddp: out of memory packing a bucket", text)
+    assert.matches("rank 1: DDP: another process's backward failed", text)
+    assert.matches("rank 0 next: ran", text)
+    assert.matches("rank 1 next: ran", text)
   end)
 end)
