@@ -4,7 +4,8 @@
 -- process took as averaged, then MPI_ERR_TRUNCATE); under find_unused_parameters a bucket's MPI_Iallreduce that
 -- failed after the flags' all-reduce was never issued again (the other process waited until the watchdog ended the
 -- job), and one whose packing failed there was the failing process's error only (the other took the step as
--- averaged).
+-- averaged); a prepared DataLoader that ran out of memory raised Lua's bare 'not enough memory' (its shuffle's
+-- order) or said its items 'do not make one batch' (their collation).
 -- docs/robustness.md, "Out of memory, stop 102's leftovers (stop 103)".
 local U = dofile("tests/spec/helpers/util.lua")
 local BIN = arg and arg[-1] or "build/fp8lab"
@@ -78,5 +79,58 @@ describe("out of memory under two processes", function()
     assert.matches("rank 1: DDP: another process's backward failed", text)
     assert.matches("rank 0 next: ran", text)
     assert.matches("rank 1 next: ran", text)
+  end)
+end)
+
+describe("a prepared DataLoader that runs out of memory", function()
+  -- the child's prelude (tests/spec/helpers/oom_child.lua): fill(hole, fine, heap), give(restart), say(...)
+  local O = dofile("tests/spec/helpers/oom_child.lua")
+  -- (two OpenMP threads: with one, libgomp allocates a team for every parallel region and ends the process where
+  -- that fails; docs/robustness.md, stop 103's Left)
+  local function child(code) return O.child(code, 400000, false, 2, 60) end
+  -- a prepared loader over n items of d values (and a label), batches of 16, shuffled; one epoch run
+  local function setup(n, d)
+    return ([[
+local acc = fp8.Accelerator{cpu = true}
+local ds = {}
+for i = 1, %d do ds[i] = {fp8.randn{%d}, i %% 10} end
+local loader = acc:prepare(fp8.data.DataLoader{ds, batch_size = 16, shuffle = true})
+local m = 0
+for x in loader do m = m + 1 end
+]]):format(n, d)
+  end
+
+  -- its shuffle's order (a Lua list of every index) raised Lua's bare 'not enough memory'
+  it_mem("names itself and its shuffle, and the next epoch runs", function()
+    local out, err, rc = child(setup(5000, 16) .. [[
+fill(0, true, true)
+local ok, e = pcall(function() for x, y in loader do m = m + 1 end end)
+give(true)
+say(tostring(ok), tostring(e))
+local k = 0
+for x in loader do k = k + 1 end
+say(m, k)
+]])
+    assert.are.equal(0, rc, err)
+    assert.matches("^false DataLoader: out of memory ordering the 5000 items of epoch 2 %(shuffle=true[^\n]*memory%)\n"
+      .. "313 313\n$", out)
+  end)
+
+  -- a batch's gathering and collation (fp8.stack of 16 items of 64 KiB) said 'DataLoader: the xs of dataset items
+  -- ... do not make one batch: out of memory allocating 1048576 bytes on cpu'
+  it_mem("names the batch it was making, and the loop goes on after it", function()
+    local out, err, rc = child(setup(64, 16384) .. [[
+local it = loader:iter()
+it()
+fill(0, true, true)
+local ok, e = pcall(it)
+give(true)
+say(tostring(ok), tostring(e))
+local x = it()
+say(tostring(x ~= nil and x:shape()[1]))
+]])
+    assert.are.equal(0, rc, err)
+    assert.matches("^false DataLoader: out of memory making batch 2 of 4 %(16 dataset items: their gathering or "
+      .. "collation%) %([^\n]*memory[^\n]*%)\n16\n$", out)
   end)
 end)
