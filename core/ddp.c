@@ -7,6 +7,7 @@
 #include "dist.h"
 #include "scaling.h"   /* fl_scale_for: the shared scale rule */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,6 +25,7 @@ typedef struct {
     int first, count;         /* params[order[first .. first+count)] */
     int pending;              /* parameters not yet ready in this backward */
     bool started;
+    bool amax_done;           /* FP8: this backward's amax all-reduce ran and buf holds the cast gradient */
     void *buf;                /* wire buffer */
     int64_t numel;
     fl_dtype wire;
@@ -44,6 +46,8 @@ struct fl_ddp {
     fl_ddp_stats stats;
     bool armed;
     struct { fl_tensor *p; int i; } *lookup;   /* sorted by pointer */
+    float *flags;             /* fl_ddp_finish's flags (n + 1), made with the reducer: nothing allocated there */
+    bool *skip;               /* fl_ddp_finish's unused-everywhere map (n) */
     void *reserve;            /* DDP_RESERVE bytes of address space, or NULL */
 };
 
@@ -91,6 +95,7 @@ void fl_ddp_free(fl_ddp *d) {
     /* a collective still in flight (after a failed backward) may write its buffer: leave it to MPI */
     if (!inflight) for (int k = 0; k < d->nitems; k++) free(d->items[k].buf);
     free(d->params); free(d->names); free(d->order); free(d->item_of); free(d->ready); free(d->items); free(d->lookup);
+    free(d->flags); free(d->skip);
     free(d);
 }
 
@@ -111,7 +116,11 @@ fl_status fl_ddp_new(fl_ddp **out, fl_tensor *const *params, const char *const *
     d->ready = calloc(n ? n : 1, sizeof *d->ready);
     d->items = calloc(n ? n : 1, sizeof *d->items);
     d->lookup = calloc(n ? n : 1, sizeof *d->lookup);
-    if (!d->params || !d->names || !d->order || !d->item_of || !d->ready || !d->items || !d->lookup) goto oom;
+    d->flags = calloc((size_t)n + 1, sizeof *d->flags);
+    d->skip = calloc(n ? n : 1, sizeof *d->skip);
+    if (!d->params || !d->names || !d->order || !d->item_of || !d->ready || !d->items || !d->lookup || !d->flags ||
+        !d->skip)
+        goto oom;
     for (int i = 0; i < n; i++) {
         const fl_tensor *p = params[i];
         if (p->device != FL_DEV_CPU) { fl_ddp_free(d); return fl_dist_check_tensor_cpu(p, "ddp (the bucketed reducer runs on CPU gradients)"); }
@@ -234,7 +243,7 @@ static fl_status start_item(fl_ddp *d, item *it) {
         if (pack != FL_OK) memset(it->buf, 0, wbytes);
         st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
         d->stats.wire_bytes += it->numel * (it->wire == FL_F32 ? 4 : 2);
-    } else {
+    } else if (!it->amax_done) {
         /* FP8: shared power-of-two scale from the MAX-reduced amax, grad/N cast with it, bytes summed. */
         const fl_tensor *p = d->params[d->order[it->first]];
         float *v = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *v);
@@ -256,8 +265,14 @@ static fl_status start_item(fl_ddp *d, item *it) {
             d->stats.fp8_n += it->numel;
         }
         free(v);
+        /* the amax all-reduce ran on every process: an item issued again (its MPI_Iallreduce failed) issues only its
+         * sum, from the bytes cast here. Until stop 103 it ran the amax all-reduce again, which met the other
+         * processes' sum (or flags) all-reduce: MPI_ERR_TRUNCATE there, or a step that one process took as averaged */
+        it->amax_done = st == FL_OK;
         if (st == FL_OK) st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
         d->stats.wire_bytes += it->numel + 4;
+    } else {
+        st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
     }
     d->stats.comm_s += now_s() - t0;
     /* not started where the collective itself failed (MPI_Iallreduce answered MPI_ERR_INTERN with the address space
@@ -295,8 +310,8 @@ static fl_status on_ready(fl_tensor *leaf, void *ud) {
     if (i < 0 || d->ready[i]) return FL_OK;
     d->ready[i] = true;
     d->items[d->item_of[i]].pending--;
-    /* find_unused: a parameter unused here may be used elsewhere, and the used-map all-reduce must come
-     * before every bucket on every rank (collectives are matched by order): start after backward */
+    /* find_unused: every item starts after backward, in fl_ddp_finish (a parameter unused here would hold its
+     * item and every later one back anyway: items start in order) */
     return d->o.find_unused ? FL_OK : start_ready(d, true);
 }
 
@@ -307,6 +322,7 @@ fl_status fl_ddp_begin(fl_ddp *d) {
         if (it->req) return FL_ERR(FL_EINVAL, "ddp: a reduction is still in flight (a backward failed?)");
         it->pending = it->count;
         it->started = false;
+        it->amax_done = false;
     }
     d->next = 0;
     d->stats.early = 0;
@@ -380,9 +396,12 @@ fl_status fl_ddp_end(fl_ddp *d) { return fl_ddp_finish(d, false); }
 /* Every process runs the same collectives whatever happened on it: the buckets not started yet (a parameter the
  * backward never reached packs its gradient or zeros), and one MAX all-reduce of flags — the used map under
  * find_unused (PyTorch's local_used_map), and "this process failed" — so that a failure on one process (its
- * backward raised, or a parameter got no gradient) is an error on every process instead of a wait in a collective
- * on the others, and leaves no reduction in flight. Under find_unused the flags go first (they decide what is
- * reduced), else after the buckets (which started during backward). */
+ * backward raised, a parameter got no gradient, a bucket's packing failed) is an error on every process instead of
+ * a wait in a collective on the others, and leaves no reduction in flight. The flags go after the buckets, under
+ * find_unused too: the used map decides only what is written back (an unused parameter packs zeros), and a packing
+ * that failed in the buckets started here must reach the flag (until stop 103 the flags went first under
+ * find_unused, and such a failure was this process's error only: the others took the step as averaged). Nothing
+ * here allocates before the collectives (the flags are the reducer's own). */
 fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
     fl_ddp_cancel(d);
     if (failed) reserve_give(d);   /* the collectives below need room (DDP_RESERVE) */
@@ -390,33 +409,36 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
     if (!d->o.find_unused && !failed)
         for (int k = 0; k < d->n && missing < 0; k++) if (!d->ready[d->order[k]]) missing = d->order[k];
     int nf = (d->o.find_unused ? d->n : 0) + 1;
-    /* (without find_unused the one flag on the stack: nothing to allocate before the collectives) */
-    float flag1, *flags = nf == 1 ? &flag1 : malloc((size_t)nf * sizeof *flags);
-    bool *skip = d->o.find_unused ? calloc((size_t)(d->n ? d->n : 1), sizeof *skip) : NULL;
-    if (!flags || (d->o.find_unused && !skip)) {
-        if (flags != &flag1) free(flags);
-        free(skip);
-        return FL_ERR(FL_ENOMEM, "ddp: out of memory");
-    }
+    float *flags = d->flags;
+    bool *skip = d->skip;
     /* used: a gradient now, whether from this backward or from no_sync / accumulation micro-steps before it (torch
      * marks a parameter used once in a no_sync session); one left out would stay local to a rank */
     if (d->o.find_unused) for (int i = 0; i < d->n; i++) flags[i] = d->params[i]->grad ? 1.0f : 0.0f;
     flags[nf - 1] = failed || missing >= 0 ? 1.0f : 0.0f;
     for (int k = 0; k < d->nitems; k++) d->items[k].pending = 0;
-    fl_status st = FL_OK, s2;
-    if (d->o.find_unused) {
-        st = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
-        for (int i = 0; i < d->n; i++) skip[i] = flags[i] == 0.0f;
+    fl_status st = start_ready(d, false), s2;
+    if (d->next < d->nitems) {
+        /* an item's MPI_Iallreduce failed here (out of memory inside MPI; under find_unused every bucket starts
+         * here, with DDP_RESERVE still held): once more with the reserve given back */
+        reserve_give(d);
         s2 = start_ready(d, false);
         if (st == FL_OK) st = s2;
-    } else {
-        st = start_ready(d, false);
-        if (st != FL_OK) flags[nf - 1] = 1.0f;   /* a packing that failed here fails the step everywhere */
-        s2 = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
-        if (st == FL_OK) st = s2;
     }
+    if (d->next < d->nitems) {
+        /* Still not issued: the other processes' collectives can no longer pair with this one's (the next would meet
+         * their bucket's sum: a truncation, or a step one of them takes as averaged), and they would wait in it until
+         * the process group's timeout. The job ends now, saying why. */
+        char msg[640];
+        snprintf(msg, sizeof msg, "rank %d: DDP could not issue the all-reduce of its gradient item %d of %d (%s); "
+                 "the processes' collectives can no longer pair, so the job ends", fl_dist_rank(), d->next + 1,
+                 d->nitems, fl_last_error_detail());
+        fl_dist_abort(msg);
+    }
+    if (st != FL_OK) flags[nf - 1] = 1.0f;   /* a packing that failed here fails the step everywhere */
+    s2 = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
+    if (st == FL_OK) st = s2;
+    if (d->o.find_unused) for (int i = 0; i < d->n; i++) skip[i] = flags[i] == 0.0f;
     bool any_failed = flags[nf - 1] != 0.0f;
-    if (flags != &flag1) free(flags);
     double t0 = now_s();
     for (int k = 0; k < d->nitems; k++) {
         item *it = &d->items[k];
@@ -435,7 +457,6 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
         st = FL_ERR(FL_EINVAL, "DDP: another process's backward failed or left a parameter without a gradient (its "
                     "error names it); no gradient of this step was averaged");
     for (int k = 0; k < d->nitems && st == FL_OK; k++) st = unpack(d, &d->items[k], d->o.find_unused ? skip : NULL);
-    free(skip);
     if (st == FL_OK) d->stats.steps++;
     return st;
 }

@@ -191,6 +191,13 @@ static fl_status mpi_st(int rc, const char *what) {
     if (cls == MPI_ERR_TRUNCATE)
         return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: %s (the processes' collectives did not pair: every "
                                   "process must make the same collective calls in the same order)", what, g_rank, s);
+    /* Open MPI answers MPI_ERR_INTERN where an allocation of its own fails (OMPI_ERR_OUT_OF_RESOURCE's MPI class:
+     * its temporary buffers, libnbc's schedules), the standard's MPI_ERR_NO_MEM only in MPI_Alloc_mem: an out of
+     * memory, named as the core's are (under `ulimit -v` with the address space taken, every collective answered
+     * MPI_ERR_INTERN: stop 103). No retry follows it (the bindings take a collective's status with fl_lcheck). */
+    if (cls == MPI_ERR_INTERN || cls == MPI_ERR_NO_MEM)
+        return FL_ERR(FL_ENOMEM, "dist: %s failed on rank %d: out of memory inside MPI (%s; Open MPI's answer where "
+                                 "an allocation of its own fails)", what, g_rank, s);
     return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: %s", what, g_rank, s);
 }
 #endif

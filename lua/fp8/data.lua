@@ -548,6 +548,7 @@ end
 local function collate(what, vals, idx)
   local ok, r = pcall(stack, vals)
   if ok then return r end
+  if M._is_oom(r) then error(r, 0) end   -- named by the loader's batch (M._oom_named), not as items that do not fit
   local shown = table.concat(idx, ", ", 1, math.min(#idx, 8)) .. (#idx > 8 and ", ..." or "")
   error(("DataLoader: the %ss of dataset items %s do not make one batch: %s"):format(what, shown,
     require("fp8.errfmt").unplaced(r)), 0)
@@ -634,12 +635,49 @@ end
 -- The active loop's entry, or nil outside every prepared loop.
 function M._active(gs) return gs and gs._active and gs._active[#gs._active] or nil end
 
+-- ---- out of memory in a loader's own work ------------------------------------------------------------
+-- A loader that ran short of memory raised Lua's bare 'not enough memory' (its shuffle's permutation, a batch's
+-- index list and collation are Lua tables) or the core's 'out of memory allocating N bytes on cpu' without a name
+-- (stop 102's sweep). Its own steps run protected now, and a memory error comes out as
+-- '<Loader>: out of memory <what it was doing> (<the message>)'; any other error passes unchanged.
+function M._is_oom(e)
+  return type(e) == "string" and (e:find("not enough memory", 1, true) ~= nil or e:find("out of memory", 1, true) ~= nil)
+end
+
+-- the results of pcall(f, ...) as f's, or its memory error named by name and what() (made only then)
+local function named(name, what, ok, ...)
+  if ok then return ... end
+  local e = ...
+  if not M._is_oom(e) or e:find(name .. ": out of memory ", 1, true) == 1 then error(e, 0) end
+  error(("%s: out of memory %s (%s)"):format(name, what(), require("fp8.errfmt").unplaced(e)), 0)
+end
+
+-- f(...) with its memory error named: name (the loader's class), what() (what it was doing, for the message)
+function M._oom_named(name, what, f, ...) return named(name, what, pcall(f, ...)) end
+local oom_named = M._oom_named
+
+-- the shuffled order of an epoch, named where it does not fit
+function M._order_of(name, n, seed, epoch)
+  return oom_named(name, function()
+    return ("ordering the %d items of epoch %d (shuffle=true: a list of every index, 16 bytes each)"):format(n, epoch)
+  end, permutation, n, seed, epoch)
+end
+
+-- make(...): the batch of nidx dataset indices (b: its number in the epoch, nb: the epoch's count), named where it does
+-- not fit: the dataset's fast gather, or its items' collation (a dataset's own code may raise its own errors there,
+-- which pass unchanged)
+function M._batch_named(name, b, nb, nidx, make, ...)
+  return oom_named(name, function()
+    return ("making batch %d of %d (%d dataset items: their gathering or collation)"):format(b, nb, nidx)
+  end, make, ...)
+end
+
 -- loader:iter() -> an iterator over one epoch: for x, y in loader:iter() do ... end
 function DataLoader:iter()
   self:_check_len()
   self.epoch = self.epoch + 1
   local order
-  if self.shuffle then order = permutation(self.n, self.seed, self.epoch) end
+  if self.shuffle then order = M._order_of("DataLoader", self.n, self.seed, self.epoch) end
   local nb, bs, n, ds = #self, self.batch_size, self.n, self.dataset
   local fast = ds._batch
   -- A checkpoint restored mid-epoch (lua/fp8/checkpointing.lua) resumes after the batches already served.
@@ -656,18 +694,20 @@ function DataLoader:iter()
     if gs then M._active_step(gs, st, b, nb) end
     if b > nb then return nil end
     self.batches_served = b
-    local lo = (b - 1) * bs + 1
-    local hi = math.min(lo + bs - 1, n)
-    local idx = {}
-    for k = lo, hi do idx[k - lo + 1] = order and order[k] or k end
-    local x, y
-    if fast then x, y = fast(ds, idx) else x, y = slow_batch(ds, idx) end
-    local dev = self.device
-    if dev ~= "cpu" then
-      if core_is_tensor(x) then x = x:to(dev) end
-      if core_is_tensor(y) then y = y:to(dev) end
-    end
-    return x, y
+    return M._batch_named("DataLoader", b, nb, math.min(b * bs, n) - (b - 1) * bs, function()
+      local lo = (b - 1) * bs + 1
+      local hi = math.min(lo + bs - 1, n)
+      local idx = {}
+      for k = lo, hi do idx[k - lo + 1] = order and order[k] or k end
+      local x, y
+      if fast then x, y = fast(ds, idx) else x, y = slow_batch(ds, idx) end
+      local dev = self.device
+      if dev ~= "cpu" then
+        if core_is_tensor(x) then x = x:to(dev) end
+        if core_is_tensor(y) then y = y:to(dev) end
+      end
+      return x, y
+    end)
   end
 end
 

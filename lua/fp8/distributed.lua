@@ -870,7 +870,12 @@ function Sharded:iter()
   local ld, acc = rawget(self, "_loader"), rawget(self, "_acc")
   ld:_check_len()
   ld.epoch = ld.epoch + 1
-  local mine = my_batches(self, ld)
+  local data = require "fp8.data"
+  -- (the epoch's order and batches, this process's cut: Lua tables; named where they do not fit, as the batches)
+  local mine = data._oom_named("DataLoaderShard", function()
+    return ("cutting epoch %d (%d items%s) into process %d's batches"):format(ld.epoch, ld.n,
+      ld.shuffle and ", shuffle=true" or "", rawget(self, "_r"))
+  end, my_batches, self, ld)
   check_no_empty_shard(self, ld, mine)
   local total = self.total_batch_size
   -- the real samples of the last round (Accelerate's remainder, even_batches or not): gather_for_metrics cuts the
@@ -883,14 +888,13 @@ function Sharded:iter()
   ld._resume_at = nil
   ld.batches_served = b
   local gs = acc.gradient_state
-  local data = require "fp8.data"
   local st = data._active_begin(gs, self, remainder)
   return function()
     b = b + 1
     data._active_step(gs, st, b, #mine)
     if b > #mine then return nil end
     ld.batches_served = b
-    return ld:_batch_of(mine[b])
+    return data._batch_named("DataLoaderShard", b, #mine, #mine[b], ld._batch_of, ld, mine[b])
   end
 end
 
