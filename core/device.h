@@ -161,6 +161,9 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
     /* Softmax (log: log-softmax) over the last dim; backward takes the forward output y. */                       \
     X(softmax_fwd, (bool log, const float *x, float *y, int64_t rows, int64_t cols))                               \
     X(softmax_bwd, (bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols))             \
+    /* softmax_fwd of a bf16 x without an fp32 copy of it (each row widened where the kernel reads it): the bits   \
+     * of softmax_fwd on x widened, an fp32 y. NULL: core/nn.c widens x itself. */                                 \
+    X(softmax_fwd_bf16, (bool log, const uint16_t *x, float *y, int64_t rows, int64_t cols))                       \
     /* The same over the middle dim of [outer, size, inner] (a dim with a stride), each of the outer·inner columns \
      * given the bits softmax_fwd/_bwd give it as a row. NULL: core/nn.c transposes the dim last around them.     \
      */                                                                                                            \

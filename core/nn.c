@@ -295,10 +295,15 @@ static fl_status softmax_any(fl_tensor **out, const fl_tensor *x, int log) {
     const fl_device *dev;
     FL_TRY(NN_DEVICE(x, softmax_fwd, op, &dev));
     fl_tensor *xc;
-    FL_TRY(f32c(&xc, x, op, "input"));
+    /* a contiguous bf16 input read as it is where the device can (its fp32 copy is not made; the same bits) */
+    const bool low = x->dtype == FL_BF16 && dev->softmax_fwd_bf16 && fl_tensor_is_contiguous(x);
+    if (low) xc = fl_tensor_retain((fl_tensor *)x);
+    else FL_TRY(f32c(&xc, x, op, "input"));
     fl_status st = new_like(out, xc, false);
     int64_t cols = last_dim(xc), rows = cols ? fl_tensor_numel(xc) / cols : 0;
-    if (st == FL_OK) st = drop_on_error(dev->softmax_fwd(log != 0, F(xc), F(*out), rows, cols), out);
+    if (st == FL_OK && low)
+        st = drop_on_error(dev->softmax_fwd_bf16(log != 0, fl_tensor_data(xc), F(*out), rows, cols), out);
+    else if (st == FL_OK) st = drop_on_error(dev->softmax_fwd(log != 0, F(xc), F(*out), rows, cols), out);
     if (st == FL_OK) {
         fl_node *n;
         st = maybe_record(out, &n, log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bwd, 1, &x);

@@ -173,6 +173,9 @@ if group == "all" or group == "sweep" then
     { "bf16 gelu", function() F.gelu(xb) end, function() F.gelu(xbg):sum():backward() end },
     { "to bf16", function() x:to("bf16") end },
     { "bf16 to fp32", function() xb:to("fp32") end },
+    { "bf16 softmax dim2", function() F.softmax(xb, 2) end },   -- (an fp32 result: docs/lua-api.md; torch's bf16)
+    { "bf16 log_softmax dim2", function() F.log_softmax(xb, 2) end },
+    { "bf16 sum all", function() xb:sum() end },
     { "matmul [1000,999]x[999,1001]", function() a1:matmul(b1) end },
     { "matmul [4097,65]x[65,257]", function() a2:matmul(b2) end },
     { "conv2d 16x32x32x32 k3", function() F.conv2d(img, ker, nil, { padding = 1 }) end,

@@ -436,6 +436,7 @@ static const fl_device fl_cpu = {
     .act_fwd_bf16 = fl_cpu_dev_act_fwd_bf16,
     .act_bwd_bf16 = fl_cpu_dev_act_bwd_bf16,
     .softmax_fwd = fl_cpu_dev_softmax_fwd,
+    .softmax_fwd_bf16 = fl_cpu_dev_softmax_fwd_bf16,
     .softmax_bwd = fl_cpu_dev_softmax_bwd,
     .softmax_dim_fwd = fl_cpu_dev_softmax_dim_fwd,
     .rms_norm_fwd = fl_cpu_dev_rms_norm_fwd,

@@ -34,6 +34,12 @@ fl_status fl_cpu_dev_softmax_fwd(bool log, const float *x, float *y, int64_t row
     if (log) fl_cpu_log_softmax_fwd(x, y, rows, cols); else fl_cpu_softmax_fwd(x, y, rows, cols);
     return FL_OK;
 }
+fl_status fl_cpu_dev_softmax_fwd_bf16(bool log, const uint16_t *x, float *y, int64_t rows, int64_t cols) {
+    if (!fl_cpu_softmax_fwd_bf16(log, x, y, rows, cols))
+        return FL_ERR(FL_ENOMEM, "%s: out of memory for a row buffer of %lld floats", log ? "log_softmax" : "softmax",
+                      (long long)cols);
+    return FL_OK;
+}
 fl_status fl_cpu_dev_softmax_bwd(bool log, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
     if (log) fl_cpu_log_softmax_bwd(y, dy, dx, rows, cols); else fl_cpu_softmax_bwd(y, dy, dx, rows, cols);
     return FL_OK;

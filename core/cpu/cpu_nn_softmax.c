@@ -207,7 +207,110 @@ FL_CPU_AVX512 static void row_logbwd16(const float *y, const float *g, float *d,
         _mm512_mask_storeu_ps(d + j, mk, _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, g + j), es));
     }
 }
+
+/* The AVX2 copies of the row passes (a host without AVX-512 ran GCC's vectorisation of the plain loops above, which
+ * kept three things from the 16-lane copies: the next row's prefetch, the streamed log-softmax output, and a compact
+ * exponential). expf8 is fl_nn_expf on 8 lanes, its operations in its order (a multiply and an add where it has them,
+ * no fused multiply-adds; 2^k as its two exact factors): its bits, lane by lane. The sums keep the file's order: lane l
+ * of the 8-lane accumulator takes elements l, l + 8, ... of the whole groups of 8, the rest go to lane 0 in turn, then
+ * 0 + lane 0 + ... + lane 7. tests/c/test_softmax_bits.c checks them against that order written out in scalar code. */
+static inline __m256 expf8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7228394f), lo = _mm256_set1_ps(-104.0f), sh = _mm256_set1_ps(12582912.0f);
+    const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, hi), lo);   /* a NaN lane: hi here, restored at the end */
+    const __m256 k = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), sh), sh);
+    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(k, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(k, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(1.9875691500e-4f), r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
+    const __m256i ki = _mm256_cvttps_epi32(k), k1 = _mm256_srai_epi32(ki, 1), b = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, b), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ki, k1), b), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+/* row_max on 8 lanes (any order gives the same maximum: see row_max16) */
+static float row_max8(const float *x, int64_t n) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(_mm256_loadu_ps(x + j), mv);   /* x > m ? x : m */
+    float lane[8], m = -INFINITY;
+    _mm256_storeu_ps(lane, mv);
+    for (int l = 0; l < 8; l++) m = lane[l] > m ? lane[l] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+/* row_exp_sum in the file's order; next: the row after (or NULL), a line of it asked for per 16 exponentials */
+static float row_exp_sum8(const float *x, float *y, int64_t n, float m, const float *next) {
+    const __m256 mv = _mm256_set1_ps(m);
+    const int64_t n8 = n & ~(int64_t)7;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n8; j += 8) {
+        if (next && !(j & 15)) _mm_prefetch((const char *)(next + j), _MM_HINT_T1);
+        const __m256 e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+        _mm256_storeu_ps(y + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float lane[8];
+    _mm256_storeu_ps(lane, acc);
+    for (int64_t j = n8; j < n; j++) { const float e = fl_nn_expf(x[j] - m); y[j] = e; lane[0] += e; }
+    float s = 0.0f;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s;
+}
+/* row_sumexp in the file's order, lanes 0-3 and 4-7 in two vectors of doubles; next as above */
+static double row_sumexp8(const float *x, int64_t n, float m, const float *next) {
+    const __m256 mv = _mm256_set1_ps(m);
+    const int64_t n8 = n & ~(int64_t)7;
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t j = 0; j < n8; j += 8) {
+        if (next && !(j & 15)) _mm_prefetch((const char *)(next + j), _MM_HINT_T1);
+        const __m256 e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double lane[8];
+    _mm256_storeu_pd(lane, lo);
+    _mm256_storeu_pd(lane + 4, hi);
+    for (int64_t j = n8; j < n; j++) lane[0] += (double)fl_nn_expf(x[j] - m);
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s;
+}
+/* row_out16 on 8 lanes (elementwise: the same bits), streamed from the first 32-byte boundary on where `stream` */
+static void row_out8(const float *x, float *y, int64_t n, float m, float a, bool log_, bool stream) {
+    const __m256 mv = _mm256_set1_ps(m), av = _mm256_set1_ps(a);
+    int64_t j = 0;
+    if (stream) {
+        const int64_t head = (int64_t)((32 - ((uintptr_t)y & 31)) & 31) / 4;
+        j = head < n ? head : n;
+        for (int64_t i = 0; i < j; i++) y[i] = log_ ? (x[i] - m) - a : y[i] * a;
+        for (; j + 8 <= n; j += 8) {
+            const __m256 v = log_ ? _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv), av)
+                                  : _mm256_mul_ps(_mm256_load_ps(y + j), av);
+            _mm256_stream_ps(y + j, v);
+        }
+        _mm_sfence();
+    }
+    for (; j + 8 <= n; j += 8) {
+        const __m256 v = log_ ? _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv), av)
+                              : _mm256_mul_ps(_mm256_loadu_ps(y + j), av);
+        _mm256_storeu_ps(y + j, v);
+    }
+    for (; j < n; j++) y[j] = log_ ? (x[j] - m) - a : y[j] * a;
+}
 #else
+static float row_max8(const float *x, int64_t n) { return row_max(x, n); }
+static float row_exp_sum8(const float *x, float *y, int64_t n, float m, const float *next) { return row_exp_sum(x, y, n, m); }
+static double row_sumexp8(const float *x, int64_t n, float m, const float *next) { return row_sumexp(x, n, m); }
+static void row_out8(const float *x, float *y, int64_t n, float m, float a, bool log_, bool stream) {
+    for (int64_t j = 0; j < n; j++) y[j] = log_ ? (x[j] - m) - a : y[j] * a;
+}
 static void row_logbwd16(const float *y, const float *g, float *d, int64_t n, float s) {
     for (int64_t j = 0; j < n; j++) d[j] = g[j] - fl_nn_expf(y[j]) * s;
 }
@@ -221,30 +324,29 @@ static double row_sumexp16(const float *x, int64_t n, float m, const float *next
 
 /* The row passes on the copy `wide` picks (fl_cpu_avx512(), asked once per call); next: the row after (NULL: none) */
 static inline float row_max_w(const float *x, int64_t n, bool wide) {
-    return wide ? row_max16(x, n) : row_max(x, n);
+    return wide ? row_max16(x, n) : row_max8(x, n);
 }
 static inline float row_exp_sum_w(const float *x, float *y, int64_t n, float m, bool wide, const float *next) {
-    return wide ? row_exp_sum16(x, y, n, m, next) : row_exp_sum(x, y, n, m);
+    return wide ? row_exp_sum16(x, y, n, m, next) : row_exp_sum8(x, y, n, m, next);
 }
 static inline double row_sumexp_w(const float *x, int64_t n, float m, bool wide, const float *next) {
-    return wide ? row_sumexp16(x, n, m, next) : row_sumexp(x, n, m);
+    return wide ? row_sumexp16(x, n, m, next) : row_sumexp8(x, n, m, next);
+}
+
+/* One row of softmax: y = exp(x − m) / Σ */
+static inline __attribute__((always_inline)) void softmax_row(const float *xr, float *yr, int64_t cols, bool wide,
+                                                              const float *next) {
+    float m = row_max_w(xr, cols, wide);
+    float inv = 1.0f / row_exp_sum_w(xr, yr, cols, m, wide, next);
+    /* (y's lines are in the caches: streamed, 60% slower) */
+    if (wide) row_out16(xr, yr, cols, m, inv, false, false);
+    else row_out8(xr, yr, cols, m, inv, false, false);
 }
 
 void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
     const bool wide = fl_cpu_avx512();
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float m = row_max_w(xr, cols, wide);
-        float inv = 1.0f / row_exp_sum_w(xr, yr, cols, m, wide, r + 1 < rows ? xr + cols : NULL);
-        if (wide) {
-            row_out16(xr, yr, cols, m, inv, false, false);   /* (y's lines are in the caches: streamed, 60% slower) */
-            continue;
-        }
-        #pragma omp simd
-        for (int64_t j = 0; j < cols; j++) yr[j] *= inv;
-    }
+    for (int64_t r = 0; r < rows; r++) softmax_row(x + r * cols, y + r * cols, cols, wide, r + 1 < rows ? x + (r + 1) * cols : NULL);
 }
 
 /* dx = y ⊙ (dy − Σ y·dy) */
@@ -262,24 +364,53 @@ void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows
 /* Results past this many bytes are stored without being read into the caches first (log-softmax's output pass) */
 #define STREAM_MIN_BYTES (8 << 20)
 
+/* One row of log-softmax: y = (x − m) − log Σ exp(x − m) */
+static inline __attribute__((always_inline)) void log_softmax_row(const float *xr, float *yr, int64_t cols, bool wide,
+                                                                  const float *next, bool stream) {
+    float m = row_max_w(xr, cols, wide);
+    /* (x − m) − log Σ: x − m is exact near the max, so large logits keep their precision
+     * (x − (m + log Σ) would round log Σ at the scale of m) */
+    float ls = (float)log(row_sumexp_w(xr, cols, m, wide, next));
+    if (wide) row_out16(xr, yr, cols, m, ls, true, stream);
+    else row_out8(xr, yr, cols, m, ls, true, stream);
+}
+
+/* (rows shorter than 1024 stream too little of each row to pay for its fence) */
+static bool log_softmax_streams(int64_t rows, int64_t cols) {
+    return (double)rows * (double)cols * 4.0 > STREAM_MIN_BYTES && cols >= 1024;
+}
+
 void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
-    /* (rows shorter than 1024 stream too little of each row to pay for its fence) */
-    const bool wide = fl_cpu_avx512(), stream = (double)rows * (double)cols * 4.0 > STREAM_MIN_BYTES && cols >= 1024;
+    const bool wide = fl_cpu_avx512(), stream = log_softmax_streams(rows, cols);
     #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float m = row_max_w(xr, cols, wide);
-        /* (x − m) − log Σ: x − m is exact near the max, so large logits keep their precision
-         * (x − (m + log Σ) would round log Σ at the scale of m) */
-        float ls = (float)log(row_sumexp_w(xr, cols, m, wide, r + 1 < rows ? xr + cols : NULL));
-        if (wide) {
-            row_out16(xr, yr, cols, m, ls, true, stream);
-            continue;
+    for (int64_t r = 0; r < rows; r++)
+        log_softmax_row(x + r * cols, y + r * cols, cols, wide, r + 1 < rows ? x + (r + 1) * cols : NULL, stream);
+}
+
+/* The bf16 input's rows widened (exactly) into a buffer of each thread's, then the fp32 rows' passes on it: the bits
+ * of the fp32 kernels on the widened tensor, without that tensor (bf16 F.softmax/F.log_softmax wrote and read back
+ * an fp32 copy of x: 1.7-1.9× torch's time on Zen 3; docs/performance.md, "The ops against PyTorch on Zen 3, the rest
+ * (stop 103)"). No next-row prefetch: the widening reads the row in order. */
+bool fl_cpu_softmax_fwd_bf16(bool log, const uint16_t *x, float *y, int64_t rows, int64_t cols) {
+    const bool wide = fl_cpu_avx512(), stream = log_softmax_streams(rows, cols);
+    bool ok = true;
+    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    {
+        float *buf = malloc((size_t)(cols > 0 ? cols : 1) * sizeof(float));
+        if (!buf) {
+            #pragma omp atomic write
+            ok = false;
         }
-        #pragma omp simd
-        for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) - ls;
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!buf) continue;
+            fl_bf16_to_f32_n(x + r * cols, buf, (size_t)cols);
+            if (log) log_softmax_row(buf, y + r * cols, cols, wide, NULL, stream);
+            else softmax_row(buf, y + r * cols, cols, wide, NULL);
+        }
+        free(buf);
     }
+    return ok;
 }
 
 /* dx = dy − exp(y)·Σ dy */

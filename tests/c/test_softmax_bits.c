@@ -222,3 +222,35 @@ TEST(softmax_along_a_strided_dim_gives_the_rows_bits) {
             check_dims(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], w == 1);
     }
 }
+
+/* The bf16 entry (fl_cpu_softmax_fwd_bf16: each row widened into a buffer, then the fp32 rows' passes) against the fp32
+ * kernels on the widened tensor, bit for bit, softmax and log-softmax, on both copies, over fill_row's kinds rounded to
+ * bf16 (a NaN, infinities, all −inf, signed zeros) and lengths around the 8- and 16-lane groups; the last 8.7 MB of
+ * fp32 results (log-softmax's streamed stores). */
+static void check_bf16(int *fl__failed, int64_t rows, int64_t cols, bool wide) {
+    float *x = malloc(sizeof(float) * rows * cols), *y = malloc(sizeof(float) * rows * cols);
+    float *r = malloc(sizeof(float) * rows * cols);
+    uint16_t *xb = malloc(sizeof(uint16_t) * rows * cols);
+    for (int64_t k = 0; k < rows; k++) fill_row(x + k * cols, cols, (int)(k % 6));
+    for (int64_t i = 0; i < rows * cols; i++) { xb[i] = fl_f32_to_bf16(x[i]); x[i] = fl_bf16_to_f32(xb[i]); }
+    fl_cpu_avx512_allowed = wide;
+    for (int log_ = 0; log_ < 2; log_++) {
+        if (log_) fl_cpu_log_softmax_fwd(x, r, rows, cols); else fl_cpu_softmax_fwd(x, r, rows, cols);
+        CHECK(fl_cpu_softmax_fwd_bf16(log_, xb, y, rows, cols), "no row buffer");
+        const int64_t at = first_diff(y, r, rows * cols);
+        CHECK(at < 0, "%s bf16 %s [%lld, %lld]: element %lld %.9g, the fp32 kernel's %.9g", wide ? "AVX-512" : "AVX2",
+              log_ ? "log_softmax" : "softmax", (long long)rows, (long long)cols, (long long)at, at < 0 ? 0.0 : y[at],
+              at < 0 ? 0.0 : r[at]);
+    }
+    fl_cpu_avx512_allowed = true;
+    free(x); free(y); free(r); free(xb);
+}
+
+TEST(softmax_of_bf16_rows_gives_the_fp32_kernels_bits) {
+    const int64_t cols[] = { 1, 7, 8, 9, 16, 17, 33, 100, 1000, 1024, 4099 };
+    for (int w = 0; w < 2; w++) {
+        if (w && !fl_cpu_avx512()) { fprintf(stderr, "  (AVX-512 copy skipped: no AVX-512 on this CPU)\n"); break; }
+        for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) check_bf16(fl__failed, 12, cols[i], w == 1);
+        check_bf16(fl__failed, 68, 32001, w == 1);
+    }
+}
