@@ -127,20 +127,13 @@ describe("out-of-memory messages that name their call", function()
   it_mem("load_state's", function()
     local dir = os.tmpname()
     os.remove(dir)
-    local out, err, rc = child(([[
-local dir = %q
-local acc = fp8.Accelerator{}
-local model = fp8.nn.Sequential(fp8.nn.Linear(512, 512), fp8.nn.Linear(512, 512))
-local opt = fp8.optim.AdamW(model:parameters(), {lr = 1e-3})
-model, opt = acc:prepare(model, opt)
-model(fp8.randn{4, 512}):sum():backward() opt:step()
-acc:save_state(dir)
+    local out, err, rc = child(O.saved(dir, 4) .. [[
 fill(0, true)
 local ok, e = pcall(acc.load_state, acc, dir)
 give(true)
 os.execute("rm -rf " .. dir)
 say(tostring(ok), tostring(e))
-]]):format(dir), 450000)
+]], 450000)
     assert.are.equal(0, rc, err)
     assert.matches("^false load_state: [^\n]*out of memory[^\n]*\n$", out)
   end)

@@ -43,6 +43,20 @@ end
 local function say(...) io.write(table.concat({...}, " "), "\n") end
 ]]
 
+-- Child code that saves a checkpoint of a trained model in dir: an Accelerator that prepared two Linear(512, 512)
+-- layers and AdamW and took one step on a [rows, 512] batch (acc, model, opt are the child's locals after it)
+function O.saved(dir, rows)
+  return ([[
+local dir = %q
+local acc = fp8.Accelerator{}
+local model = fp8.nn.Sequential(fp8.nn.Linear(512, 512), fp8.nn.Linear(512, 512))
+local opt = fp8.optim.AdamW(model:parameters(), {lr = 1e-3})
+model, opt = acc:prepare(model, opt)
+model(fp8.randn{%d, 512}):sum():backward() opt:step()
+acc:save_state(dir)
+]]):format(dir, rows)
+end
+
 -- runs PRELUDE .. code (code alone: bare) in a child under `ulimit -v` limit KB (400000 unless given) on threads
 -- OpenMP threads (2 unless given), killed after secs seconds (60 unless given): its output, stderr and exit status
 function O.child(code, limit, bare, threads, secs)
