@@ -83,9 +83,17 @@ local function scatter_form(name, cf)
         got(src)))
     end
     if index:numel() == 0 then
-      -- an empty index of any shape (torch reads none of its sizes, nor src's): the tensor's values unchanged
+      -- an empty index of any shape (torch reads none of its sizes, nor src's): the tensor's values unchanged, through
+      -- core's scatter with an index and a src of the tensor's shape but 0 along dim, so that the result is on src's
+      -- graph as torch's (src's gradient zeros, t's passed on)
       check_not_fp8(name, t:dtype())
-      return t:clone()
+      if not core.is_tensor(src) then return t:clone() end
+      local t1 = one_d(t)
+      local shape = t1:shape()
+      shape[d] = 0
+      local src0 = src:reshape { src:numel() }:narrow(1, 1, 0):reshape(shape)
+      local r = call(name, cf, t1, d, index:reshape(shape), src0)
+      return t:dim() == 0 and r:reshape {} or r
     end
     if dims(index) ~= dims(t) or (core.is_tensor(src) and dims(src) ~= dims(t)) then
       error(("%s: the index%s must have the tensor's number of dims, %d (a 0-d tensor, index or src counts as "

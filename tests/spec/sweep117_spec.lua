@@ -17,12 +17,10 @@ local function flat(t)
   return t:reshape { -1 }:tolist()
 end
 
--- a gradient torch gives as zeros where fp8 keeps none (scatter's src under an empty index)
+-- a leaf's gradient (scatter's src under an empty index has one, zeros, as torch's: the result stays on src's graph)
 local function grad_of(t)
-  if t.grad then return flat(t.grad) end
-  local z = {}
-  for i = 1, t:numel() do z[i] = 0 end
-  return z
+  assert(t.grad, "no gradient reached the leaf")
+  return flat(t.grad)
 end
 
 local function tensor_of(values, shape)
