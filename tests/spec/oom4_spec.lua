@@ -40,18 +40,24 @@ describe("out of memory under two processes", function()
     end
   end)
 
+  -- tests/dist/oom_ddp.lua with args (the short rank, its hole in MiB, the mode) under launch: the short rank's step
+  -- raises msg, the other's names the failed backward, and the next step runs on both
+  local function both_fail(args, rank, msg)
+    local text, rc = job("tests/dist/oom_ddp.lua", args)
+    assert.are.equal(0, rc, text)
+    assert.matches(("rank %d: %s"):format(rank, msg), text)
+    assert.matches(("rank %d: DDP: another process's backward failed"):format(1 - rank), text)
+    assert.matches("rank 0 next: ran", text)
+    assert.matches("rank 1 next: ran", text)
+  end
+
   -- MS-AMP O1: an FP8 weight gradient is all-reduced after its amax's MAX all-reduce. With a 4 MiB hole on rank 1
   -- its MPI_Iallreduce failed (out of memory inside MPI) and the item was issued again in the backward's finish,
   -- amax all-reduce and all: that met rank 0's flags all-reduce, rank 0 took the step as averaged ('ran') and the
   -- next step failed on both with MPI_ERR_TRUNCATE
   it_mem("MS-AMP O1's FP8 all-reduce: the step fails on both processes, and the next runs", function()
     if not MPI.can then pending(MPI.why) return end
-    local text, rc = job("tests/dist/oom_ddp.lua", "1 4 o1")
-    assert.are.equal(0, rc, text)
-    assert.matches("rank 1: [^\n]*out of memory", text)
-    assert.matches("rank 0: DDP: another process's backward failed", text)
-    assert.matches("rank 0 next: ran", text)
-    assert.matches("rank 1 next: ran", text)
+    both_fail("1 4 o1", 1, "[^\n]*out of memory")
   end)
 
   -- find_unused_parameters: every bucket starts after the backward. With an 8 MiB hole on rank 0 a bucket's
@@ -59,12 +65,7 @@ describe("out of memory under two processes", function()
   -- again, and rank 1 waited in it until the watchdog ended the job (exit 1)
   it_mem("find_unused_parameters: the step fails on both processes, and the next runs", function()
     if not MPI.can then pending(MPI.why) return end
-    local text, rc = job("tests/dist/oom_ddp.lua", "0 8 unused")
-    assert.are.equal(0, rc, text)
-    assert.matches("rank 0: [^\n]*out of memory", text)
-    assert.matches("rank 1: DDP: another process's backward failed", text)
-    assert.matches("rank 0 next: ran", text)
-    assert.matches("rank 1 next: ran", text)
+    both_fail("0 8 unused", 0, "[^\n]*out of memory")
   end)
 
   -- find_unused_parameters with comm_hook="fp16": with a 10 MiB hole on rank 0 the backward ran and a bucket's
@@ -73,12 +74,7 @@ describe("out of memory under two processes", function()
   -- buckets now
   it_mem("find_unused_parameters: a bucket's packing that fails is an error on both processes", function()
     if not MPI.can then pending(MPI.why) return end
-    local text, rc = job("tests/dist/oom_ddp.lua", "0 10 unused16")
-    assert.are.equal(0, rc, text)
-    assert.matches("rank 0: ddp: out of memory packing a bucket", text)
-    assert.matches("rank 1: DDP: another process's backward failed", text)
-    assert.matches("rank 0 next: ran", text)
-    assert.matches("rank 1 next: ran", text)
+    both_fail("0 10 unused16", 0, "ddp: out of memory packing a bucket")
   end)
 end)
 
