@@ -3,6 +3,8 @@
 #ifndef FL_CPU_AVX2_H
 #define FL_CPU_AVX2_H
 #include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
 
 /* The 8 × 8 matrix of floats in r[0..8) (row i in r[i]) transposed in place. */
 static inline __attribute__((always_inline)) void fl_avx2_transpose8(__m256 r[8]) {
@@ -35,5 +37,19 @@ static inline __m256i fl_avx2_lanes(int64_t n) {
  * read). Unmasked where it can be: a masked load is slower. */
 static inline __m256 fl_avx2_load_n(const float *p, int64_t n) {
     return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, fl_avx2_lanes(n));
+}
+
+/* The exponential's last steps on 8 lanes, shared by fl_nn_expf's 8-lane copies (softmax's FMA-free expf8, attention's
+ * exp8): y = p(r) ≈ e^r times 2^k, applied as fl_nn_expf applies it (two exact power-of-two factors, so a k of -126
+ * and below keeps its subnormal); then x below lo gives +0, above hi +inf, and a NaN x itself. k holds whole numbers
+ * (as floats) in [-150, 128]. */
+static inline __m256 fl_avx2_exp_finish(__m256 y, __m256 k, __m256 x, __m256 lo, __m256 hi) {
+    const __m256i ki = _mm256_cvttps_epi32(k), k1 = _mm256_srai_epi32(ki, 1), b = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, b), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ki, k1), b), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 #endif
