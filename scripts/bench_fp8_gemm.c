@@ -5,7 +5,7 @@
  * (the floor of the old path when every decode is reused), "new" = cpu_fp8_mm.c called directly (whether or not
  * fl_cpu_fp8_mm_faster would pick it; "policy" says what it picks). Min of many runs.
  * Usage: OMP_NUM_THREADS=T bench_fp8_gemm [REPS [MODE [GEMMS]]], MODE holding "mlp", "cold", "new", "bf16",
- * "avx2", "noamx" and/or "nobf16" (e.g. cold,mlp; "-": none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g.
+ * "avx2", "noamx", "nobf16" and/or "cpu" (e.g. cold,mlp; "-": none), GEMMS a comma-separated subset of the GEMMs as gemm:in:out (e.g.
  * wgrad:1024:256,fprop:256:768; the whole set when left out; a name that is not in the set is refused with the
  * list). mlp: the Fashion-MNIST MLP's two FP8 Linears, 784→512 and 512→256 at batch 256, instead. cold: one store
  * into each line of a 64 MiB buffer before each timed call (bench_util.h), so the operands and C come from memory
@@ -21,6 +21,8 @@
  * program starts (scripts/peak.h, what build/bench_peak prints): the FP8 family avx512_bf16 and the bf16 paths
  * against the bf16 dot limit where the CPU has vdpbf16ps, everything else against the fp32 FMA limit. The limits
  * print first as "limit kind=... gflops=...".
+ * cpu: every time (the limits' too) is the process's CPU time instead of the wall clock, so that a loaded host's
+ * waits do not count; one thread only (OMP_NUM_THREADS=1, else refused).
  * FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md).
  * ms (and gflops, peak) is the fastest of the REPS timed calls, med_ms their median (a shared machine's calls spread
  * widely; the first call is not timed).
@@ -198,8 +200,16 @@ static double time_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b, 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
     if (reps < 1) { fprintf(stderr, "bench_fp8_gemm: REPS must be at least 1 (got '%s')\n", argv[1]); return 2; }
-    static const char *const modes[] = { "mlp", "cold", "new", "bf16", "avx2", "noamx", "nobf16" };
-    const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 7) : 0;
+    static const char *const modes[] = { "mlp", "cold", "new", "bf16", "avx2", "noamx", "nobf16", "cpu" };
+    const unsigned mode = argc > 2 && strcmp(argv[2], "-") ? bench_mode("bench_fp8_gemm", argv[2], modes, 8) : 0;
+    if (mode & 128) {   /* cpu: the process's CPU time, which is one thread's only with one thread */
+        if (omp_get_max_threads() != 1) {
+            fprintf(stderr, "bench_fp8_gemm: mode cpu times one thread's CPU time (expected OMP_NUM_THREADS=1, got %d threads)\n",
+                    omp_get_max_threads());
+            return 2;
+        }
+        bench_clock = CLOCK_PROCESS_CPUTIME_ID;
+    }
     const bool mlp = mode & 1, cold = mode & 2, only_new = mode & 4;
     bench_cpu_isa("bench_fp8_gemm");
     if (mode & 16) fl_cpu_avx512_allowed = false;   /* the AVX2 + FMA families, as on CPUs without AVX-512 */
