@@ -80,3 +80,46 @@ describe("gather, scatter and scatter_add with an index smaller than the tensor,
       :find("scatter_add_: index [2, 5] must be no larger than the tensor [3, 4]", 1, true))
   end)
 end)
+
+describe("an nn class's __init reached directly (stop 103's Left)", function()
+  -- the sweep's values given as self: nothing, a number, a plain table, a table whose every key answers 1 (the lying
+  -- object), one whose every key answers a function, and a module of another class
+  local function selves()
+    return {
+      { "nil", nil }, { "a number", 5 }, { "a plain table", {} },
+      { "the lying object", setmetatable({}, { __len = function() return 1 << 62 end, __index = function() return 1 end }) },
+      { "an object of functions", setmetatable({}, { __index = function() return function() return 1 end end }) },
+      { "a Linear", fp8.nn.Linear(2, 2) },
+    }
+  end
+  it("is refused by the class's name for every class of fp8.nn, before its body runs", function()
+    local names = {}
+    for k, v in pairs(fp8.nn) do if type(v) == "table" and rawget(v, "__init") then names[#names + 1] = k end end
+    table.sort(names)
+    assert.is_true(#names > 100, #names)
+    for _, k in ipairs(names) do
+      for _, s in ipairs(selves()) do
+        if not ((k == "Linear" or k == "Module") and s[1] == "a Linear") then
+          local e = err_of(fp8.nn[k].__init, s[2], 3, 2)
+          local want = ("%s.__init: self must be a %s being built (fp8.nn.%s(...) builds one and runs __init), got ")
+            :format(k, k, k)
+          assert.truthy(e:find(want, 1, true), k .. " given " .. s[1] .. ": " .. e)
+        end
+      end
+    end
+  end)
+  it("still runs for the class's own instances, a subclass's and one built by a user's subclass", function()
+    assert.are.same({ 3, 2 }, fp8.nn.Linear(2, 3).weight:shape())
+    local ok, FP8Linear = pcall(function() return fp8.recipes.FP8Linear end)
+    if ok and FP8Linear then assert.are.same({ 3, 2 }, FP8Linear(2, 3, true, { backend = "te" }).weight:shape()) end
+    local My = fp8.nn.Module.class("My", fp8.nn.Linear)
+    function My:__init(a, b) fp8.nn.Linear.__init(self, a, b); self.extra = 1 end
+    local m = My(4, 5)
+    assert.are.same({ 5, 4 }, m.weight:shape())
+    assert.are.same(1, m.extra)
+    -- the arity check reads the body's parameters, not the guard's
+    assert.truthy(err_of(My, 1, 2, 3):find("My: takes at most 2 arguments, got 3", 1, true))
+    assert.truthy(err_of(fp8.nn.Transformer.__init, setmetatable({}, { __index = function() return 1 end }))
+      :find("Transformer.__init: self must be a Transformer being built", 1, true))
+  end)
+end)
