@@ -1,7 +1,8 @@
 /* gather.c — torch's gather: out[..., r, ...] = a[..., index[..., r, ...], ...] along one dim, the index tensor of
- * a's shape but for that dim (k positions there); differentiable in a, each value's gradient going back to the
- * position it came from (the index backward of max(dim) and topk, ops_grad.c, where repeated positions add).
- * Computed on the host as sort is (host_ops.h). */
+ * a's shape but for that dim (k positions there; lua/fp8/tensor_scatter.lua narrows a to torch's smaller index
+ * sizes first); differentiable in a, each value's gradient going back to the position it came from (the index
+ * backward of max(dim) and topk, ops_grad.c, where repeated positions add). Computed on the host as sort is
+ * (host_ops.h). */
 #include "ops.h"
 #include "ops_raw.h"
 #include "host_ops.h"
@@ -208,8 +209,8 @@ fl_status fl_gather(fl_tensor **out, const fl_tensor *a, int dim, const fl_tenso
     bool fits = index->ndim == a->ndim;
     for (int i = 0; fits && i < a->ndim; i++) fits = i == dim || index->shape[i] == a->shape[i];
     if (!fits)
-        return FL_ERR(FL_EINVAL, "gather: index %s must have input %s's shape but for dim %d (torch's smaller index "
-                      "sizes elsewhere are not offered)", fl_shape_str(si, sizeof si, index->ndim, index->shape),
+        return FL_ERR(FL_EINVAL, "gather: index %s must have input %s's shape but for dim %d (the Lua method "
+                      "narrows input to torch's smaller index sizes first)", fl_shape_str(si, sizeof si, index->ndim, index->shape),
                       fl_shape_str(sa, sizeof sa, a->ndim, a->shape), dim + 1);
     const int64_t size = a->shape[dim], k = index->shape[dim];
     int64_t outer = 1, inner = 1;

@@ -1,7 +1,8 @@
 /* scatter.c — torch's scatter and scatter_add, gather's inverse: out = a, then along dim
  * out[..., index[..., r, ...], ...] = src[..., r, ...] (scatter: in order, so of repeated positions the last write
  * stays, as torch's CPU loop) or += (scatter_add: every value added). index and src have one shape, a's but for dim
- * (torch's smaller index and src sizes elsewhere are not offered), the index holding whole 0-based positions.
+ * (torch's smaller index sizes: lua/fp8/tensor_scatter.lua narrows a and src first), the index holding whole 0-based
+ * positions.
  * Differentiable in a and src, as torch's: src's gradient is the output's gradient gathered at index (for a repeated
  * position too, whose overwritten values still get it), a's the output's gradient, with the positions scatter wrote
  * zeroed. Computed on the host, as gather is (host_ops.h); index_add and index_copy are made of these in Lua. */
@@ -86,8 +87,8 @@ fl_status fl_scatter(fl_tensor **out, const fl_tensor *a, int dim, const fl_tens
     for (int i = 0; fits && i < a->ndim; i++)
         fits = index->shape[i] == src->shape[i] && (i == dim || index->shape[i] == a->shape[i]);
     if (!fits)
-        return FL_ERR(FL_EINVAL, "%s: index %s and src %s must have one shape, the tensor %s's but for dim %d (torch's "
-                      "smaller sizes elsewhere are not offered)", fn,
+        return FL_ERR(FL_EINVAL, "%s: index %s and src %s must have one shape, the tensor %s's but for dim %d (the Lua "
+                      "methods narrow the tensor and src to torch's smaller index sizes first)", fn,
                       fl_shape_str(si, sizeof si, index->ndim, index->shape),
                       fl_shape_str(ss, sizeof ss, src->ndim, src->shape),
                       fl_shape_str(sa, sizeof sa, a->ndim, a->shape), dim + 1);

@@ -219,18 +219,19 @@ add_all {
        .. "causal mask: fp8.ones{T, T}:tril()); x:cumsum(dim): running sums (in double, rounded once), gradients\n"
        .. "flow. "
        .. "x:gather(dim, index) (fp8.gather(x, dim, index)): x's values along dim at the index's 0-based\n"
-       .. "positions (a 0-d x or index counts as 1-d, an empty index gives an empty result of its shape, as\n"
-       .. "torch's); x:index_select(dim, index) takes a 1-d index's positions of dim, in order (a 0-d index:\n"
+       .. "positions, the index no larger than x but along dim (a 0-d x or index counts as 1-d, an empty index\n"
+       .. "gives an empty result of its shape, as torch's); x:index_select(dim, index) takes a 1-d index's positions of dim, in order (a 0-d index:\n"
        .. "one position, dim kept; a 0-d x: dim 1 or -1, one index 0, a 0-d result, as torch's)." },
   { section = "Tensors", name = "Tensor:scatter",
     sig = "x:scatter(dim, index, src | value) / :scatter_add(dim, index, src) / :index_add(dim, index, source [, "
        .. "{alpha=1}]) / :index_copy(dim, index, source) / :index_fill(dim, index, value) -> Tensor",
     doc = "torch's, gather's inverse: x with src's values written (scatter: the last of repeated positions stays)\n"
-       .. "or added (scatter_add) along dim at the index's 0-based positions; index and src of one shape, x's but\n"
-       .. "for dim. index_add/index_copy/index_fill take a 1-d index of positions of dim and whole slices (source:\n"
-       .. "x's shape with dim the index's length; a 0-d index is one position). A 0-d x, index or src counts as\n"
-       .. "1-d of size 1, as torch's. Gradients reach x and src as torch's. In place under\n"
-       .. "fp8.no_grad: scatter_, scatter_add_, index_add_, index_copy_, index_fill_; function forms\n"
+       .. "or added (scatter_add) along dim at the index's 0-based positions; the index no larger than src, nor\n"
+       .. "than x but along dim (only its extent is written, as torch's). index_add/index_copy/index_fill take\n"
+       .. "a 1-d index of positions of dim and whole slices (source: x's shape with dim the index's length; a 0-d\n"
+       .. "index is one position). A 0-d x, index or src counts as 1-d of size 1, as torch's. Gradients reach x\n"
+       .. "and src as torch's. In place under fp8.no_grad: scatter_, scatter_add_, index_add_, index_copy_,\n"
+       .. "index_fill_; function forms\n"
        .. "fp8.scatter(x, ...), fp8.index_add(x, ...)." },
   { section = "Tensors", name = "Tensor:sin",
     sig = "x:sin() / :cos() / :tan() / :asin() / :acos() / :atan() / :sinh() / :cosh() / :erf() / :log1p() / "

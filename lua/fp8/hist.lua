@@ -3,6 +3,9 @@
 -- format, how many become subnormal, underflow to zero or saturate at ±max.
 -- The counts come from the real cast (Tensor:quantize and its cast statistics), read back as bytes.
 local O = require "fp8.opts"
+-- a value in a refusal: a string as it is, anything else as fp8.opts.got shows it (tostring of a table whose
+-- __tostring answers no string raised Lua's own "'__tostring' must return a string", the sweep of stop 104)
+local function named(v) return type(v) == "string" and v or O.got(v) end
 local fp8 = require "fp8.core"
 
 local unplaced = require("fp8.errfmt").unplaced
@@ -54,7 +57,7 @@ local function hist(t, fmt, opts, ...)
   local q
   if t:is_fp8() then
     if fmt ~= nil and fp8_name(fmt) ~= t:dtype() then
-      error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), tostring(fmt)), 2)
+      error(("hist: the tensor is already %s, got format '%s'"):format(t:dtype(), named(fmt)), 2)
     end
     for k in next, opts do
       if k ~= "width" and k ~= "quiet" then
@@ -74,7 +77,7 @@ local function hist(t, fmt, opts, ...)
     q, fmt = t, t:dtype()
   else
     if not fp8_name(fmt) then
-      error(("bad argument #2 to 'hist' (expected \"e4m3\" or \"e5m2\", got %s)"):format(tostring(fmt)), 2)
+      error(("bad argument #2 to 'hist' (expected \"e4m3\" or \"e5m2\", got %s)"):format(named(fmt)), 2)
     end
     fmt = fp8_name(fmt)
     local qo = {}

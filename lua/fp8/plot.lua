@@ -4,6 +4,9 @@
 -- CSV stays. FP8LAB_GNUPLOT names another gnuplot command. gnuplot writes a temporary file beside the PNG, which is
 -- then fsynced and renamed over it (and the directory fsynced): a PNG is there only when complete.
 local O = require "fp8.opts"
+-- a value in a refusal: a string as it is, anything else as fp8.opts.got shows it (tostring of a table whose
+-- __tostring answers no string raised Lua's own "'__tostring' must return a string", the sweep of stop 104)
+local function named(v) return type(v) == "string" and v or O.got(v) end
 local M = {}
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -102,7 +105,7 @@ local function check_opts(name, o, required, valid)
   O.check(name, o, valid, 3)
   for _, k in ipairs(required) do
     if type(o[k]) ~= "string" or o[k] == "" then
-      error(("%s: %s must be a file name, got %s"):format(name, k, tostring(o[k])), 3)
+      error(("%s: %s must be a file name, got %s"):format(name, k, named(o[k])), 3)
     end
   end
   for _, k in ipairs(valid) do
@@ -263,7 +266,7 @@ function M.fp8_history(o)
     end
   end
   f:close()
-  if #steps == 0 then error(("plot.fp8_history: no rows for layer %s in %s"):format(tostring(layer), o.csv), 2) end
+  if #steps == 0 then error(("plot.fp8_history: no rows for layer %s in %s"):format(named(layer), o.csv), 2) end
   if not M.available() then return missing(o.csv) end
   local dat = o.png .. ".dat"
   local lines = {}

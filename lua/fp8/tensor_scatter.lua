@@ -42,10 +42,82 @@ local function call(name, f, ...)
     name .. ": ")), 0)
 end
 
+-- torch 2.15's size rules (tests/data/sweep118_torch.lua from scripts/gen_sweep118.py): an index may be smaller than
+-- the tensor in every dim but dim, and (scatter) than src in every dim; only the index's extent is read or written.
+-- Core's gather and scatter take an index of the tensor's shape but for dim, and src of the index's shape, so the
+-- tensor (gather, scatter) and src are narrowed to the index's sizes first (views: gradients follow), and scatter's
+-- result is the written box with the tensor's other values put back around it by cat, dim by dim (no arithmetic, so
+-- the bits are the tensor's). FP8 tensors and the forms core refuses otherwise (dims, dim) keep core's messages.
+local function is_fp8(t) local d = t:dtype(); return d == "e4m3" or d == "e5m2" end
+local function shape_of(s) return "[" .. table.concat(s, ", ") .. "]" end
+
+-- dim normalised (1-based) when it names one of t's dims (t not 0-d), else nil: core says what is wrong
+local function dim_in(t, dim)
+  local nd = t:dim()
+  if math.type(dim) ~= "integer" or dim == 0 or math.abs(dim) > nd then return nil end
+  return dim < 0 and nd + 1 + dim or dim
+end
+
+-- t narrowed to sizes in every dim but skip where sizes are smaller
+local function narrow_to(t, sizes, skip)
+  for i = 1, #sizes do
+    if i ~= skip and sizes[i] < t:size(i) then t = t:narrow(i, 1, sizes[i]) end
+  end
+  return t
+end
+
+-- the first dim (not d) where the index is larger than the tensor's (or, every dim, src's) size: a refusal as torch's
+local function check_sizes(name, t, d, index, src)
+  local ts, is, ss = t:shape(), index:shape(), src and src:shape()
+  for i = 1, #is do
+    local over_t, over_s = i ~= d and is[i] > ts[i], ss and is[i] > ss[i]
+    if over_t or over_s then
+      error(("%s: index %s must be no larger than the tensor %s in every dim but dim %d%s (torch's rule), got %d > %d "
+        .. "at dim %d"):format(name, shape_of(is), shape_of(ts), d, ss and (" and no larger than src " .. shape_of(ss))
+        or "", is[i], over_t and ts[i] or ss[i], i))
+    end
+  end
+end
+
+-- core's gather of t (ndim as index's, d valid) with torch's smaller index sizes
+local function gather_fit(t, d, index)
+  check_sizes("gather", t, d, index)
+  return call("gather", c_gather, narrow_to(t, index:shape(), d), d, index)
+end
+
+-- core's scatter/scatter_add of t (ndim as index's and src's, d valid) with torch's smaller index sizes
+local function scatter_fit(name, cf, t, d, index, src)
+  local st = core.is_tensor(src) and src or nil
+  check_sizes(name, t, d, index, st)
+  local is, ts = index:shape(), t:shape()
+  if st then src = narrow_to(st, is) end
+  local box = false
+  for i = 1, #is do box = box or (i ~= d and is[i] < ts[i]) end
+  if not box then return call(name, cf, t, d, index, src) end
+  local r = call(name, cf, narrow_to(t, is, d), d, index, src)
+  -- r is t's box written (full along d, the index's sizes elsewhere); each dim i it is short in takes t's rest there,
+  -- of r's sizes in the dims before i (already full) and the index's in the dims after it
+  for i = 1, #is do
+    if i ~= d and is[i] < ts[i] then
+      local rest = t:narrow(i, is[i] + 1, ts[i] - is[i])
+      for j = i + 1, #is do
+        if j ~= d and is[j] < ts[j] then rest = rest:narrow(j, 1, is[j]) end
+      end
+      r = core.cat({ r, rest }, i)
+    end
+  end
+  return r
+end
+
 -- t:gather(dim, index) (also fp8.gather(t, dim, index))
 Tensor.gather = at_caller(function(t, dim, index, ...)
   if core.is_tensor(t) and core.is_tensor(index) and t:dim() > 0 and index:dim() > 0 and index:numel() > 0 then
-    return call("gather", c_gather, t, dim, index, ...)   -- the ordinary forms: core's checks and messages
+    local d = select("#", ...) == 0 and not is_fp8(t) and dim_in(t, dim)
+    if d and index:dim() ~= t:dim() then
+      error(("gather: the index must have the tensor's number of dims, %d, got %s"):format(t:dim(), index:shape_str()))
+    end
+    if d then return gather_fit(t, d, index) end   -- (torch's smaller index sizes)
+    return call("gather", c_gather, t, dim, index, ...)   -- the other forms: core's checks and messages
   end
   check_self("gather", t)
   no_more("gather", "(dim, index)", ...)
@@ -63,7 +135,7 @@ Tensor.gather = at_caller(function(t, dim, index, ...)
     error(("gather: the index must have the tensor's number of dims, %d (a 0-d tensor or index counts as 1-d), got %s")
       :format(dims(t), index:shape_str()))
   end
-  local r = call("gather", c_gather, src, d, one_d(index))
+  local r = gather_fit(src, d, one_d(index))
   return index:dim() == 0 and r:reshape {} or r
 end)
 
@@ -72,7 +144,15 @@ local function scatter_form(name, cf)
   return at_caller(function(t, dim, index, src, ...)
     if select("#", ...) > 0 or (core.is_tensor(t) and core.is_tensor(index) and t:dim() > 0 and index:dim() > 0
         and index:numel() > 0 and not (core.is_tensor(src) and src:dim() == 0)) then
-      return call(name, cf, t, dim, index, src, ...)   -- the ordinary forms (and reduce=): core's checks and messages
+      local d = select("#", ...) == 0 and not is_fp8(t) and not is_fp8(index)
+        and (type(src) == "number" or core.is_tensor(src)) and dim_in(t, dim)
+      if d and (index:dim() ~= t:dim() or core.is_tensor(src) and src:dim() ~= t:dim()) then
+        error(("%s: the index%s must have the tensor's number of dims, %d, got %s%s"):format(name,
+          core.is_tensor(src) and " and src" or "", t:dim(), index:shape_str(),
+          core.is_tensor(src) and (" and " .. src:shape_str()) or ""))
+      end
+      if d then return scatter_fit(name, cf, t, d, index, src) end   -- (torch's smaller index sizes)
+      return call(name, cf, t, dim, index, src, ...)   -- the other forms (and reduce=): core's checks and messages
     end
     check_self(name, t)
     check_index(name, index)
@@ -100,7 +180,7 @@ local function scatter_form(name, cf)
         .. "1-d), got %s%s"):format(name, core.is_tensor(src) and " and src" or "", dims(t), index:shape_str(),
         core.is_tensor(src) and (" and " .. src:shape_str()) or ""))
     end
-    local r = call(name, cf, one_d(t), d, one_d(index), core.is_tensor(src) and one_d(src) or src)
+    local r = scatter_fit(name, cf, one_d(t), d, one_d(index), core.is_tensor(src) and one_d(src) or src)
     return t:dim() == 0 and r:reshape {} or r
   end)
 end

@@ -98,8 +98,41 @@ local function newindex(self, k, v)
   rawset(self, k, v)
 end
 
+-- A class's __init as written (its parameters, for _check_arity), by the guard that wraps it
+local INIT_OF = setmetatable({}, { __mode = "k" })
+
+-- Whether self is an instance of cls (or of a subclass) that Module._setup prepared: read raw, so a table whose
+-- __index answers every key is not one
+local function instance_of(self, cls)
+  if type(self) ~= "table" or type(rawget(self, "_parameters")) ~= "table" then return false end
+  local c = getmetatable(self)
+  for _ = 1, 64 do
+    if c == cls then return true end
+    if type(c) ~= "table" then return false end
+    c = rawget(c, "super")
+  end
+  return false
+end
+
+-- A class's __init, guarded: reached directly (fp8.nn.Transformer.__init(V), the class's body) with a self that is
+-- not an instance being built, it failed inside at its first use of self ('attempt to call a number value (method
+-- 'parameters')' at encoder_decoder.lua, stop 103's sweep; 'attempt to index a nil value (local 'self')' in 100 of the
+-- classes, stop 104): refused by the class's name. The guard tail-calls the body, so the body's error levels hold.
+local function guard_init(name, cls, f)
+  local w = function(self, ...)
+    if not instance_of(self, cls) then
+      error(("%s.__init: self must be a %s being built (fp8.nn.%s(...) builds one and runs __init), got %s"):format(
+        name, name, name, O.got(self)), 2)
+    end
+    return f(self, ...)
+  end
+  INIT_OF[w] = f
+  return w
+end
+
 -- Module.class(name [, parent]) → a new class. Calling the class builds an instance and runs
--- its __init(self, ...). Metamethods are copied, since Lua does not inherit them through __index.
+-- its __init(self, ...). Metamethods are copied, since Lua does not inherit them through __index. The __init a class
+-- defines is guarded (guard_init) as it is stored.
 function Module.class(name, parent)
   if type(name) ~= "string" or name == "" then
     error(("class: name must be a non-empty string, got %s"):format(name == "" and "\"\"" or type(name)), 2)
@@ -120,6 +153,10 @@ function Module.class(name, parent)
   cls.super = parent
   setmetatable(cls, {
     __index = parent,
+    __newindex = function(c, k, v)
+      if k == "__init" and type(v) == "function" and not INIT_OF[v] then v = guard_init(name, c, v) end
+      rawset(c, k, v)
+    end,
     __call = function(c, ...)
       Module._check_arity(name, c.__init, select("#", ...))
       local self = setmetatable({}, c)
@@ -174,12 +211,12 @@ function Module._setup(self)
   rawset(self, "training", true)
 end
 
-function Module:__init() end
+Module.__init = guard_init("Module", Module, function(self) end)   -- (guarded as every class's, the body empty)
 
 -- A constructor given more arguments than its __init takes (ReLU(true), Linear(3, 4, true, {x=1})) would drop
 -- them silently: refused, naming the count. A vararg __init (Sequential) checks its own.
 function Module._check_arity(name, init, given)
-  local info = debug.getinfo(init, "u")
+  local info = debug.getinfo(INIT_OF[init] or init, "u")
   if not info.isvararg and given > info.nparams - 1 then
     error(("%s: takes at most %d argument%s, got %d"):format(name, info.nparams - 1, info.nparams == 2 and "" or "s",
       given), 3)
