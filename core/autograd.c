@@ -573,7 +573,7 @@ static bool node_counts_flops(const fl_node *nd) {
         "MatmulBackward", "LinearBackward", "FP8LinearBackward", "MulBackward", "AbsBackward", "ExpBackward",
         "SqrtBackward", "SinBackward", "CosBackward", "Log1PBackward", "Expm1Backward", "AtanBackward", "SinhBackward",
         "CoshBackward", "Log2Backward", "Log10Backward", "Exp2Backward", "RsqrtBackward", "ErfBackward", "TanBackward",
-        "AsinBackward", "AcosBackward", "DivBackward" };
+        "AsinBackward", "AcosBackward", "DivBackward", "DotBackward" };
     if (nd->backward == link_bwd) return true;
     if (!nd->name) return false;
     for (size_t i = 0; i < sizeof counted / sizeof *counted; i++)

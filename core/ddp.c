@@ -5,6 +5,7 @@
 #include "ddp.h"
 #include "autograd.h"
 #include "dist.h"
+#include "fault.h"
 #include "scaling.h"   /* fl_scale_for: the shared scale rule */
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@ struct fl_ddp {
     struct { fl_tensor *p; int i; } *lookup;   /* sorted by pointer */
     float *flags;             /* fl_ddp_finish's flags (n + 1), made with the reducer: nothing allocated there */
     bool *skip;               /* fl_ddp_finish's unused-everywhere map (n) */
+    fl_tensor **fresh;        /* fl_ddp_finish's new .grad tensors, made before its flags (n; NULL: none needed) */
     void *reserve;            /* DDP_RESERVE bytes of address space, or NULL */
 };
 
@@ -66,6 +68,22 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A collective of the step that MPI failed on this process. It may have sent part of its messages, or none, and the
+ * others may be waiting in it: no collective issued after it can be trusted to pair with theirs (a retry could meet
+ * their next one; going on, this process's next collective would), and a failure flag would have to travel over the
+ * same communicator. The job ends, naming the collective and this rank (the watchdog's end, without its wait). */
+static void collective_failed(const char *what, fl_status st) {
+    (void)st;
+    /* except where MPI found the processes' collectives paired wrongly (MPI_ERR_TRUNCATE, dist.c's "did not pair"): a
+     * script's error (a step one process skipped), which every process meets and raises with its hint, as before */
+    if (strstr(fl_last_error_detail(), "did not pair")) return;
+    char msg[768];
+    snprintf(msg, sizeof msg, "rank %d: DDP's %s failed (%s); the processes' collectives can no longer pair (the "
+             "others may be waiting in it, or meet this process's next one), so the job ends", fl_dist_rank(), what,
+             fl_last_error_detail());
+    fl_dist_abort(msg);
 }
 
 static int cmp_lookup(const void *a, const void *b) {
@@ -96,6 +114,8 @@ void fl_ddp_free(fl_ddp *d) {
     if (!inflight) for (int k = 0; k < d->nitems; k++) free(d->items[k].buf);
     free(d->params); free(d->names); free(d->order); free(d->item_of); free(d->ready); free(d->items); free(d->lookup);
     free(d->flags); free(d->skip);
+    if (d->fresh) for (int i = 0; i < d->n; i++) fl_tensor_release(d->fresh[i]);
+    free(d->fresh);
     free(d);
 }
 
@@ -118,8 +138,9 @@ fl_status fl_ddp_new(fl_ddp **out, fl_tensor *const *params, const char *const *
     d->lookup = calloc(n ? n : 1, sizeof *d->lookup);
     d->flags = calloc((size_t)n + 1, sizeof *d->flags);
     d->skip = calloc(n ? n : 1, sizeof *d->skip);
+    d->fresh = calloc(n ? n : 1, sizeof *d->fresh);
     if (!d->params || !d->names || !d->order || !d->item_of || !d->ready || !d->items || !d->lookup || !d->flags ||
-        !d->skip)
+        !d->skip || !d->fresh)
         goto oom;
     for (int i = 0; i < n; i++) {
         const fl_tensor *p = params[i];
@@ -253,6 +274,8 @@ static fl_status start_item(fl_ddp *d, item *it) {
          * that failed takes part with 0 */
         float amax = pack == FL_OK ? (has_nan(v, it->numel) ? INFINITY : fl_amax_f32(v, (size_t)it->numel)) : 0.0f;
         st = fl_dist_allreduce(&amax, 1, FL_F32, FL_RED_MAX);
+        /* (until stop 104 it was issued again in fl_ddp_finish, which paired only where it had sent nothing) */
+        if (st != FL_OK) collective_failed("MAX all-reduce of an FP8 gradient's amax (MS-AMP)", st);
         if (st == FL_OK && pack != FL_OK) {
             it->scale = 1.0f;
             memset(it->buf, 0, wbytes);
@@ -341,54 +364,70 @@ void fl_ddp_cancel(fl_ddp *d) {
     d->armed = false;
 }
 
-/* Writes the reduced item back into its parameters' gradients. */
-static fl_status unpack(fl_ddp *d, item *it, const bool *skip) {
-    int64_t off = 0;
-    float *f32 = NULL;
-    if (!it->fp8 && it->wire != FL_F32) {
-        if (!(f32 = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *f32))) return FL_ERR(FL_ENOMEM, "ddp: out of memory");
-        if (it->wire == FL_F16) fl_f16_to_f32_n(it->buf, f32, (size_t)it->numel);
-        else fl_bf16_to_f32_n(it->buf, f32, (size_t)it->numel);
+/* Whether parameter p's .grad cannot take item it's reduced values as it is (none, another dtype or layout). */
+static bool needs_fresh(const item *it, const fl_tensor *p) {
+    const fl_tensor *g = p->grad;
+    if (it->fp8) return !g || g->dtype != it->wire || !fl_tensor_is_contiguous(g) || !g->scale_inv;
+    return !g || g->dtype != FL_F32 || !fl_tensor_is_contiguous(g) || g->device != FL_DEV_CPU;
+}
+
+static void drop_fresh(fl_ddp *d) {
+    for (int i = 0; i < d->n; i++) { fl_tensor_release(d->fresh[i]); d->fresh[i] = NULL; }
+}
+
+/* The new .grad tensors the write-back will need, made before fl_ddp_finish's flags: a failure here (out of memory) is
+ * then the step's failure on every process. Until stop 104 the write-back made them after the flags, and one
+ * process's failure there failed its step while the others' ran (their parameters then differed). */
+static fl_status make_fresh(fl_ddp *d) {
+    for (int k = 0; k < d->nitems; k++) {
+        const item *it = &d->items[k];
+        for (int j = it->first; j < it->first + it->count; j++) {
+            const int i = d->order[j];
+            const fl_tensor *p = d->params[i];
+            if (!needs_fresh(it, p)) continue;
+            if (fl_fault("ddp_grad", fl_dist_rank()))
+                return FL_ERR(FL_ENOMEM, "ddp: out of memory making the gradient of '%s' (a failure injected by "
+                              "FP8LAB_FAULT_DIST, a test hook)", d->names[i]);
+            fl_tensor *q = NULL, *si = NULL;
+            int64_t one = 1;
+            fl_status st = fl_tensor_empty(&q, it->fp8 ? it->wire : FL_F32, p->ndim, p->shape, FL_DEV_CPU);
+            if (st == FL_OK && it->fp8) st = fl_tensor_empty(&si, FL_F32, 1, &one, FL_DEV_CPU);
+            if (st != FL_OK) { fl_tensor_release(q); return st; }
+            if (si) { fl_tensor_release(q->scale_inv); q->scale_inv = si; q->scale_axis = -1; }
+            d->fresh[i] = q;
+        }
     }
-    fl_status st = FL_OK;
-    for (int k = it->first; k < it->first + it->count && st == FL_OK; k++) {
+    return FL_OK;
+}
+
+/* Writes the reduced item back into its parameters' gradients: nothing allocated (make_fresh made what it needs; a
+ * 16-bit wire is widened 256 values at a time on the stack), so nothing fails after the flags' agreement. */
+static void unpack(fl_ddp *d, item *it, const bool *skip) {
+    int64_t off = 0;
+    for (int k = it->first; k < it->first + it->count; k++) {
         int i = d->order[k];
         fl_tensor *p = d->params[i];
         int64_t ne = fl_tensor_numel(p);
         if (skip && skip[i]) { off += ne; continue; }    /* unused on every rank: .grad stays as it was */
+        if (d->fresh[i]) { fl_tensor_release(p->grad); p->grad = d->fresh[i]; d->fresh[i] = NULL; }
+        fl_tensor *g = p->grad;
         if (it->fp8) {
-            fl_tensor *g = p->grad;
-            if (!g || g->dtype != it->wire || !fl_tensor_is_contiguous(g) || !g->scale_inv) {
-                fl_tensor *q = NULL, *si = NULL;
-                int64_t one = 1;
-                st = fl_tensor_empty(&q, it->wire, p->ndim, p->shape, FL_DEV_CPU);
-                if (st == FL_OK) st = fl_tensor_empty(&si, FL_F32, 1, &one, FL_DEV_CPU);
-                if (st != FL_OK) { fl_tensor_release(q); fl_tensor_release(si); break; }
-                fl_tensor_release(q->scale_inv);
-                q->scale_inv = si;
-                q->scale_axis = -1;
-                fl_tensor_release(p->grad);
-                p->grad = g = q;
-            }
             memcpy(fl_tensor_data(g), it->buf, (size_t)ne);
             *(float *)fl_tensor_data(g->scale_inv) = 1.0f / it->scale;   /* the 1/N went in before the cast */
             d->stats.fp8_saturated += count_saturated(it->buf, ne, it->wire);
+        } else if (it->wire == FL_F32) {
+            memcpy(fl_tensor_data(g), (const float *)it->buf + off, (size_t)ne * sizeof(float));
         } else {
-            const float *src = (it->wire == FL_F32 ? (const float *)it->buf : f32) + off;
-            fl_tensor *g = p->grad;
-            if (!g || g->dtype != FL_F32 || !fl_tensor_is_contiguous(g) || g->device != FL_DEV_CPU) {
-                fl_tensor *ng = NULL;
-                st = fl_tensor_empty(&ng, FL_F32, p->ndim, p->shape, FL_DEV_CPU);
-                if (st != FL_OK) break;
-                fl_tensor_release(p->grad);
-                p->grad = g = ng;
+            const uint16_t *src = (const uint16_t *)it->buf + off;
+            float *dst = fl_tensor_data(g);
+            for (int64_t j = 0; j < ne; j += 256) {
+                const size_t m = ne - j < 256 ? (size_t)(ne - j) : 256;
+                if (it->wire == FL_F16) fl_f16_to_f32_n(src + j, dst + j, m);
+                else fl_bf16_to_f32_n(src + j, dst + j, m);
             }
-            memcpy(fl_tensor_data(g), src, (size_t)ne * sizeof(float));
         }
         off += ne;
     }
-    free(f32);
-    return st;
 }
 
 fl_status fl_ddp_end(fl_ddp *d) { return fl_ddp_finish(d, false); }
@@ -434,8 +473,11 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
                  d->nitems, fl_last_error_detail());
         fl_dist_abort(msg);
     }
+    /* the write-back's new .grad tensors: made here, so that a failure is on the flag */
+    if (st == FL_OK && !failed && missing < 0) st = make_fresh(d);
     if (st != FL_OK) flags[nf - 1] = 1.0f;   /* a packing that failed here fails the step everywhere */
     s2 = fl_dist_allreduce(flags, nf, FL_F32, FL_RED_MAX);
+    if (s2 != FL_OK) collective_failed("all-reduce of the step's failure flags", s2);
     if (st == FL_OK) st = s2;
     if (d->o.find_unused) for (int i = 0; i < d->n; i++) skip[i] = flags[i] == 0.0f;
     bool any_failed = flags[nf - 1] != 0.0f;
@@ -444,6 +486,9 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
         item *it = &d->items[k];
         fl_status w = it->req ? fl_dist_wait(it->req) : FL_OK;
         it->req = NULL;
+        /* after the flags: a reduction that failed on one process alone would leave its gradients apart from the
+         * others' (until stop 104 its step failed there and ran on the others) */
+        if (w != FL_OK) collective_failed("wait for a gradient all-reduce", w);
         if (st == FL_OK) st = w;
     }
     d->stats.wait_s = now_s() - t0;
@@ -456,8 +501,11 @@ fl_status fl_ddp_finish(fl_ddp *d, bool failed) {
     else if (st == FL_OK && any_failed)
         st = FL_ERR(FL_EINVAL, "DDP: another process's backward failed or left a parameter without a gradient (its "
                     "error names it); no gradient of this step was averaged");
-    for (int k = 0; k < d->nitems && st == FL_OK; k++) st = unpack(d, &d->items[k], d->o.find_unused ? skip : NULL);
-    if (st == FL_OK) d->stats.steps++;
+    if (st == FL_OK) {
+        for (int k = 0; k < d->nitems; k++) unpack(d, &d->items[k], d->o.find_unused ? skip : NULL);
+        d->stats.steps++;
+    }
+    drop_fresh(d);   /* those not taken: unused everywhere, or a step that failed */
     return st;
 }
 

@@ -45,7 +45,12 @@ fl_status fl_ddp_begin(fl_ddp *d);
 fl_status fl_ddp_end(fl_ddp *d);
 /* fl_ddp_end, told whether this process's backward failed: every process still runs the same collectives and one
  * all-reduce of a failure flag, so a failure anywhere is an error everywhere (none is left waiting, no reduction is
- * left in flight, and the gradients are left as they were). fl_ddp_end(d) is fl_ddp_finish(d, false). */
+ * left in flight, and the gradients are left as they were). The .grad tensors the write-back needs are made before
+ * that flag, so a write-back cannot fail after it. A collective of the step that MPI fails (a start refused twice, a
+ * wait, the FP8 amax's or the flag's blocking all-reduce) leaves the processes unable to pair their next collectives
+ * (one may have sent part of its messages): the job ends (MPI_Abort) with a message naming it and this rank; a
+ * pairing MPI refused ("did not pair", the script's error on every process) is returned, as before.
+ * fl_ddp_end(d) is fl_ddp_finish(d, false). */
 fl_status fl_ddp_finish(fl_ddp *d, bool failed);
 /* Disarms the grad-ready hook (what fl_ddp_finish does first). */
 void fl_ddp_cancel(fl_ddp *d);

@@ -3,6 +3,7 @@
  * re-encode (what a wire format narrower than the accumulator needs); the float MAX is NaN-propagating
  * (MPI_MAX's comparisons would drop a NaN, and an amax of NaN must reach every rank). */
 #include "dist.h"
+#include "fault.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -202,6 +203,13 @@ static fl_status mpi_st(int rc, const char *what) {
 }
 #endif
 
+/* FP8LAB_FAULT_DIST's failure of a collective on this rank (core/fault.h, a test hook): the call returns this error
+ * without the collective (a blocking one: the others wait in it, as they would for one that failed partway) */
+#define INJECTED(site, what) \
+    if (fl_fault(site, g_rank)) \
+        return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: a failure injected by FP8LAB_FAULT_DIST (a test hook)", \
+                      what, g_rank)
+
 /* The process's exit status decides between MPI_Finalize and ending the job (a script error, or
  * os.exit(1) in a script, on one rank must not leave the others waiting in a collective). */
 #ifdef FL_HAVE_MPI
@@ -312,6 +320,7 @@ fl_status fl_dist_allreduce(void *buf, int64_t n, fl_dtype dt, fl_red_op op) {
 #ifdef FL_HAVE_MPI
     MPI_Datatype mt; MPI_Op mo;
     FL_TRY(pick(dt, op, &mt, &mo));
+    INJECTED("allreduce", "all_reduce");
     wd_enter("all_reduce");
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mt, mo, MPI_COMM_WORLD);
     wd_leave();
@@ -328,6 +337,7 @@ fl_status fl_dist_iallreduce(void *buf, int64_t n, fl_dtype dt, fl_red_op op, fl
 #ifdef FL_HAVE_MPI
     MPI_Datatype mt; MPI_Op mo;
     FL_TRY(pick(dt, op, &mt, &mo));
+    INJECTED("iallreduce", "MPI_Iallreduce");
     fl_dist_req *q = calloc(1, sizeof *q);
     if (!q) return FL_ERR(FL_ENOMEM, "dist: out of memory for a request");
     q->what = "all_reduce (non-blocking)";
@@ -361,6 +371,9 @@ fl_status fl_dist_wait(fl_dist_req *req) {
     int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
     wd_leave();
     st = mpi_st(rc, "MPI_Wait");
+    if (st == FL_OK && fl_fault("wait", g_rank))   /* (after the wait: the request is complete and freed) */
+        st = FL_ERR(FL_EDEVICE, "dist: MPI_Wait failed on rank %d: a failure injected by FP8LAB_FAULT_DIST (a test "
+                    "hook)", g_rank);
 #endif
     free(req);
     return st;

@@ -8,7 +8,10 @@
 #include "fp8_linear.h"
 
 /* Flushes the layers' pending observations, then one MAX all-reduce over their delayed roles'
- * history[0]. *nreduced (may be NULL) = number of amaxes reduced. World of one: flush only. */
+ * history[0]. *nreduced (may be NULL) = number of amaxes reduced. World of one: flush only. Nothing is allocated
+ * before the collective (a process that skipped it would leave the others waiting in it), and an all-reduce that MPI
+ * fails ends the job by name (MPI_Abort): the processes' scales would differ, or their next collectives not pair. A
+ * pairing MPI refused ("did not pair": one process skipped a step) is returned, the script's error on every process. */
 fl_status fl_fp8_layers_reduce_amax(fl_fp8_layer *const *layers, int n, int *nreduced);
 
 #endif

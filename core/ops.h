@@ -117,6 +117,10 @@ fl_status fl_reduce_index(fl_tensor **values, fl_tensor **indices, fl_redop op, 
  * broadcast batch dims. fp32 accumulation. fp32 inputs → fp32 GEMM; bf16/fp16 inputs →
  * bf16/fp16 GEMM with fp32 accumulation (oneDNN on the CPU). */
 fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
+/* torch's dot: the inner product of two 1-d tensors of one size, the sum of their elementwise product (the same
+ * arithmetic as (a * b):sum(): the product in the promoted dtype, the sum as fl_reduce's), one node (DotBackward: the
+ * 0-d gradient times the other vector, torch's DotBackward0). */
+fl_status fl_dot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b);
 /* a and b both bf16 or both fp16: the GEMM in that dtype (fp32 accumulation) and the result fp32, not rounded (what a
  * bias is added to before one rounding: the convolutions'); the backward's GEMMs in fp32 (the operands widened
  * exactly), as fl_matmul's of the widened operands. */

@@ -1184,6 +1184,48 @@ fl_status fl_matmul(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     return st;
 }
 
+/* ---- dot ---------------------------------------------------------------------------------- */
+
+/* torch's DotBackward0: the 0-d gradient times the other vector, one product of torch's aten::mul each (with_flops: 1,
+ * the gradient's one element, as torch counts a mul). The products' bits are those of (a * b):sum()'s graph, whose
+ * SumBackward spread g over n elements and MulBackward multiplied each by the other operand (until stop 104, when dot
+ * was that graph: 2·n FLOPs counted, and three nodes). */
+static fl_status dot_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
+    const fl_tensor *a = n->saved[0], *b = n->saved[1];
+    for (int i = 0; i < 2; i++) {
+        if (!fl_node_input_needs_grad(n, i)) continue;
+        const fl_tensor *other = i == 0 ? b : a;
+        AS_TORCH_COUNTED_OP("mul", fl_tensor_numel(g), g, other);
+        FL_TRY(fl_binary_raw(&gin[i], FL_OP_MUL, g, other));
+    }
+    return FL_OK;
+}
+
+fl_status fl_dot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
+    *out = NULL;
+    if (a->ndim != 1 || b->ndim != 1 || a->shape[0] != b->shape[0]) {
+        char sa[64], sb[64];
+        return FL_ERR(FL_EINVAL, "dot: expected two 1-d tensors of one size, got %s and %s", SHAPE(sa, a), SHAPE(sb, b));
+    }
+    fl_tensor *p = NULL;
+    FL_TRY(fl_binary_raw(&p, FL_OP_MUL, a, b));   /* the promoted dtype's products, then fl_reduce's sum of them */
+    fl_status st = fl_reduce_raw(out, FL_OP_SUM, p, FL_ALL_DIMS, false);
+    fl_tensor_release(p);
+    if (st != FL_OK) return st;
+    const fl_tensor *ins[2] = { a, b };
+    if (!fl_any_requires_grad(2, ins)) return FL_OK;
+    fl_node *n;
+    FL_TRY(fl_autograd_record(out, &n, "DotBackward", dot_bwd, 2, ins));
+    fl_node_save(n, 0, a);
+    fl_node_save(n, 1, b);
+    n->saved_for[0] = 2;   /* a is read for b's gradient only, b for a's (a product's rule) */
+    n->saved_for[1] = 1;
+    for (int j = 0; j < 2 && st == FL_OK; j++) st = fl_node_drop_unread(n, j, j);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+
 fl_status fl_matmul_wide(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
     *out = NULL;
     if (a->dtype != b->dtype || (a->dtype != FL_BF16 && a->dtype != FL_F16))

@@ -863,6 +863,14 @@ static int m_hypot(lua_State *L) {
     FL_LCALL(L, fl_hypot(slot, a, b));
     return 1;
 }
+/* x:_dot(y): fp8.Tensor.dot's core (lua/fp8/tensor_linalg.lua checks the arguments): core/ops.h's fl_dot, one node */
+static int m_dot(lua_State *L) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    fl_lmaxargs(L, 2, "dot", "(other)");
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fl_dot(slot, a, b));
+    return 1;
+}
 /* r:_norm_rescue(s, x, mask, p [, gate]): core/ops.h's fl_norm_rescue (lua/fp8/tensor_math.lua's T._norm_rescaled
  * gives the norms r and sums s of x over the dims in mask, bit i for dim i + 1, and p; gate x:_norm_gate(mask)'s
  * result, through which it computed r and s) */
@@ -1469,7 +1477,7 @@ static const luaL_Reg methods[] = {
     {"item", m_item}, {"totable", m_totable}, {"_values", m_values},
     {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
     {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum}, {"_where", m_where}, {"_clamp", m_clamp_scalar},
-    {"atan2", m_atan2}, {"_hypot", m_hypot}, {"_norm_rescue", m_norm_rescue}, {"_norm_gate", m_norm_gate},
+    {"atan2", m_atan2}, {"_hypot", m_hypot}, {"_dot", m_dot}, {"_norm_rescue", m_norm_rescue}, {"_norm_gate", m_norm_gate},
     {"fmod", m_fmod}, {"remainder", m_remainder},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt}, {"ge", m_ge},
     {"abs", m_abs}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log}, {"sqrt", m_sqrt}, {"sign", m_sign},

@@ -200,7 +200,14 @@ function M._rank0_difference(rank, lines)
   -- the other count), the last three marks that another MAX all-reduce met here would move (an msamp step's amaxes,
   -- 4 of them at 2 layers, took the hashes as amaxes, with four values here)
   local h = core.tensor { a, -a, b, -b, 1, -1, -7 }
-  D._all_reduce_unchecked(h, "max")
+  -- an all-reduce that failed here (MPI's error) may have sent part of its messages, or none while the others wait in
+  -- it: this process's next collective would meet theirs (a backward's: until stop 104 the other process took its
+  -- step as averaged, or waited until the watchdog). The job ends, naming it.
+  local rok, rerr = pcall(D._all_reduce_unchecked, h, "max")
+  if not rok then
+    D.abort(("rank %d: the call agreement check's all-reduce failed (%s); the processes' collectives can no longer "
+      .. "pair, so the job ends"):format(rank, tostring(rerr):gsub("^lua/fp8/[^:]*:%d+: ", "")))
+  end
   local v = h:totable()
   if v[5] ~= 1 or v[6] ~= -1 or v[7] ~= -7 then
     error(("dist: rank %d's call agreement check met another collective (the processes' collectives did not pair: "

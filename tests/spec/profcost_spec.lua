@@ -175,17 +175,67 @@ describe("the backwards fp8lab counts otherwise than torch (stop 102, each for a
   -- docs/robustness.md, "The profiler's FLOPs and the norms' edges, the rest (stop 103)": since stop 103 2 / x, asin,
   -- acos and a matrix times a vector count torch's rows (recip_asin_acos_backward, mv_backward above: fp8lab's
   -- divisions and GEMMs run inside scopes named and counted as torch's products); what is left: the forward's 2 / x is
-  -- one div event (torch's aten::reciprocal and aten::mul, 32 either way), and dot's backward is (t * y):sum()'s (the
-  -- expanded gradient times each vector: 2·n, where torch's DotBackward0 multiplies the 0-d gradient, 1 each)
-  it("torch's rows, and fp8lab's total as documented", function()
+  -- one div event (torch's aten::reciprocal and aten::mul, 32 either way). dot's backward was (t * y):sum()'s until
+  -- stop 104 (the expanded gradient times each vector: 2·5 = 10 FLOPs); it is one node now (core/ops.h's fl_dot,
+  -- DotBackward), whose two products count as torch's DotBackward0's aten::mul of the 0-d gradient, 1 each
+  it("torch's rows, and fp8lab's total as torch's", function()
     for _, dt in ipairs { "f32", "bf16" } do
       local case = case_of(ref, "left_backward", dt)
       assert.are.equal(328, case.total)   -- torch: 96 (2 / x's backward) + 32 (its forward) + 2 × 96 + 2 + 6
       fp8.manual_seed(0)
       local prof = profile(P.left_backward(dt))
-      -- fp8lab: torch's but for the forward's 2 / x (div, torch's aten::mul) and dot's 2 × 5 (torch's 2 × 1)
-      assert.are.equal("add: 2 calls, 64 FLOPs; div: 1 calls, 32 FLOPs; mul: 10 calls, 240 FLOPs", R.show(R.got(prof)), dt)
+      -- fp8lab: torch's but for the forward's 2 / x (div, torch's aten::mul)
+      assert.are.equal("add: 2 calls, 64 FLOPs; div: 1 calls, 32 FLOPs; mul: 10 calls, 232 FLOPs", R.show(R.got(prof)), dt)
+      local total = 0
+      for _, row in ipairs(prof:key_averages()) do total = total + row.flops end
+      assert.are.equal(case.total, math.tointeger(total), dt)
     end
+  end)
+
+  -- torch's DotBackward0 rows: aten::mul of [] and [5], 1 FLOP each, and a dot with one operand requiring grad one
+  it("dot's backward: torch's aten::mul of the 0-d gradient, one a vector that takes a gradient", function()
+    local u, w, c = r({ 5 }, "f32", true), r({ 5 }, "f32", true), r({ 5 })
+    fp8.manual_seed(0)
+    local y1, y2 = u:dot(w), u:dot(c)
+    local prof = profile(function() y1:backward(); y2:backward() end)
+    assert.are.equal("mul [[], [5]] = 3", got_shaped(prof))
+  end)
+end)
+
+describe("dot is one node with (t * y):sum()'s bits (stop 104)", function()
+  -- the value and both gradients, bit for bit, against the graph dot was until stop 104 (a product, then its sum;
+  -- the gradients: the spread gradient times the other vector), in fp32, bf16 and the two mixed, with a gradient of
+  -- 0.3 that rounds; and the gradients against float64's g·y, g·t rounded to fp32 (every fp32 product of two values
+  -- with 24-bit significands rounds once: float64's product is exact, its rounding to fp32 that same rounding)
+  it("fp32, bf16 and mixed: the value and gradients as the old graph's, the gradients as float64's rounded", function()
+    for _, dts in ipairs { { "f32", "f32" }, { "bf16", "bf16" }, { "f32", "bf16" }, { "bf16", "f32" } } do
+      fp8.manual_seed(7)
+      local a0, b0 = fp8.randn { 37 }:to(dts[1]), fp8.randn { 37 }:to(dts[2])
+      local a1, b1 = a0:clone():requires_grad_(), b0:clone():requires_grad_()
+      local a2, b2 = a0:clone():requires_grad_(), b0:clone():requires_grad_()
+      local y1 = a1:dot(b1)
+      local y2 = (a2 * b2):sum()
+      assert.are.equal("DotBackward", y1:grad_fn())
+      assert.are.equal(y2:dtype(), y1:dtype())
+      assert.are.equal(y2:item(), y1:item())
+      local g = fp8.tensor(0.3)
+      y1:backward(g); y2:backward(g)
+      local g32 = g:item()
+      for i = 1, 37 do
+        assert.are.equal(a2.grad:get { i }, a1.grad:get { i })
+        assert.are.equal(b2.grad:get { i }, b1.grad:get { i })
+        assert.are.equal(fp8.tensor(g32 * b0:to("f32"):get { i }):get {}, a1.grad:get { i })
+        assert.are.equal(fp8.tensor(g32 * a0:to("f32"):get { i }):get {}, b1.grad:get { i })
+      end
+    end
+  end)
+  it("refuses what torch refuses, naming it", function()
+    local ok, e = pcall(function() return fp8.randn { 3 }:dot(fp8.randn { 4 }) end)
+    assert.is_false(ok)
+    assert.matches("dot: expected two 1%-d tensors of one size, got %[3%] and %[4%]", e)
+    ok, e = pcall(function() return fp8.randn { 3 }:_dot(fp8.randn { 2, 3 }) end)
+    assert.is_false(ok)
+    assert.matches("dot: expected two 1%-d tensors of one size", e)
   end)
 end)
 

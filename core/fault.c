@@ -1,0 +1,59 @@
+/* fault.c — the test hook of fault.h: FP8LAB_FAULT_DIST parsed once into a few (site, from, to, rank) entries, each
+ * with its own count of calls. */
+#include "fault.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FAULTS 8
+
+static struct { char site[16]; long from, to, calls; int rank; } faults[MAX_FAULTS];
+static int nfaults = -1;   /* -1: not read yet */
+
+static void parse(void) {
+    nfaults = 0;
+    const char *v = getenv("FP8LAB_FAULT_DIST");
+    if (!v) return;
+    while (*v && nfaults < MAX_FAULTS) {
+        size_t len = strcspn(v, ",");
+        char e[64];
+        if (len < sizeof e) {
+            memcpy(e, v, len);
+            e[len] = 0;
+            char *colon = strchr(e, ':');
+            if (colon && colon > e && (size_t)(colon - e) < sizeof faults[0].site) {
+                *colon = 0;
+                char *end;
+                long from = strtol(colon + 1, &end, 10), to = from;
+                if (*end == '-') to = strtol(end + 1, &end, 10);
+                int rank = -1;
+                if (*end == '@') rank = (int)strtol(end + 1, &end, 10);
+                if (*end == 0 && from >= 1 && to >= from) {
+                    strcpy(faults[nfaults].site, e);
+                    faults[nfaults].from = from;
+                    faults[nfaults].to = to;
+                    faults[nfaults].rank = rank;
+                    nfaults++;
+                    e[0] = 0;
+                }
+            }
+        }
+        if (len >= sizeof e || e[0]) {   /* a hook that does not take is said, not ignored */
+            fprintf(stderr, "fp8lab: FP8LAB_FAULT_DIST: cannot read the entry '%.*s' (SITE:N[-M][@RANK]); not used\n",
+                    (int)len, v);
+        }
+        v += len;
+        if (*v == ',') v++;
+    }
+}
+
+bool fl_fault(const char *site, int rank) {
+    if (nfaults < 0) parse();
+    bool hit = false;
+    for (int i = 0; i < nfaults; i++) {
+        if (strcmp(faults[i].site, site) != 0 || (faults[i].rank >= 0 && faults[i].rank != rank)) continue;
+        long c = ++faults[i].calls;
+        if (c >= faults[i].from && c <= faults[i].to) hit = true;
+    }
+    return hit;
+}
