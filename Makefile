@@ -186,6 +186,7 @@ BENCH_C := $(BUILD)/bench_quantize $(BUILD)/bench_attn $(BUILD)/bench_fp8_gemm $
 # (on a 2-core Zen 3, ~320 of a clean clone's 646 s of make test; stop 103).
 SUBJOBS = j=; case " $$MAKEFLAGS " in *" -j"*) ;; *) j=-j$$(nproc 2>/dev/null || echo 1) ;; esac;
 test: deps
+	@bash scripts/check-omp.sh
 	@bash scripts/install-deps.sh test
 	@$(SUBJOBS) $(MAKE) --no-print-directory $$j all $(BUILD)/test_core $(BENCH_C)
 	@FL_TEST_QUICK=$${FL_TEST_QUICK:-1} bash scripts/run-tests.sh $(BUILD)

@@ -4,6 +4,7 @@
 #include "device.h"
 #include "fp8_grad.h"
 #include "ops_raw.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include <math.h>
 #include "ops.h"
@@ -438,12 +439,12 @@ static fl_status add_inplace(fl_tensor *d, const fl_tensor *s) {
         int64_t n = fl_tensor_numel(d);
         if (!fl_tensor_is_contiguous(s) && !fl_tensor_is_dense(s)) {   /* (dense: d's strides, accumulate_as) */
             const float v = n ? ps[0] : 0.0f;
-            #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
-            for (int64_t i = 0; i < n; i++) pd[i] += v;
+            FL_PAR_FOR_SIMD(n >= (1 << 16),,
+            for (int64_t i = 0; i < n; i++) pd[i] += v;);
             return FL_OK;
         }
-        #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) pd[i] += ps[i];
+        FL_PAR_FOR_SIMD(n >= (1 << 16),,
+        for (int64_t i = 0; i < n; i++) pd[i] += ps[i];);
         return FL_OK;
     }
     /* Elementwise, so the device may read and write the same buffer (s broadcast: the device's stride-0 operand). */

@@ -12,6 +12,7 @@
 #include "autograd.h"
 #include "format.h"
 #include "host_ops.h"
+#include "cpu/par.h"
 #include "window.h"
 #include "profiler.h"
 #include <stdlib.h>
@@ -52,14 +53,14 @@ static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_
     /* the kernel offsets whose column of positions meets the input (a wider window's others lie in its padding) */
     const int64_t j0 = g->pl - (ow - 1) * g->sw > 0 ? g->pl - (ow - 1) * g->sw : 0;
     const int64_t j1 = w + g->pl < g->kw ? w + g->pl : g->kw;
-    #pragma omp parallel for schedule(static) if ((double)nc * (double)oh * (double)ow * (double)K > 32768)
+    FL_PAR_FOR((double)nc * (double)oh * (double)ow * (double)K > 32768, schedule(static),
     for (int64_t p = 0; p < nc; p++) {
         FL_WIN_POLL(stop)
         double *acc = malloc((size_t)(2 * ow) * sizeof(double));
         float *dv = malloc((size_t)ow * sizeof(float));
         if (!acc || !dv) {
             free(acc), free(dv);
-            #pragma omp atomic write
+            FL_PRAGMA(omp atomic write)
             *oom = 1;
             continue;
         }
@@ -102,7 +103,7 @@ static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_
         }
         free(acc);
         free(dv);
-    }
+    });
     return stop;
 }
 
@@ -187,13 +188,12 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
         const int64_t i1 = h + g->pt < g->kh ? h + g->pt : g->kh;
         const int64_t j0 = g->pl - (ow - 1) * g->sw > 0 ? g->pl - (ow - 1) * g->sw : 0;
         const int64_t j1 = w + g->pl < g->kw ? w + g->pl : g->kw;
-        #pragma omp parallel for schedule(static) \
-            if (st == FL_OK && (double)NC * (double)L * (double)g->kh * (double)g->kw > 32768)
+        FL_PAR_FOR(st == FL_OK && (double)NC * (double)L * (double)g->kh * (double)g->kw > 32768, schedule(static),
         for (int64_t p = 0; p < (st == FL_OK ? NC : 0); p++) {
             FL_WIN_POLL(stop)
             float *q = malloc((size_t)L * sizeof *q);
             if (!q) {
-                #pragma omp atomic write
+                FL_PRAGMA(omp atomic write)
                 oom = 1;
                 continue;
             }
@@ -217,7 +217,7 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
                     }
                 }
             free(q);
-        }
+        });
         free(dv);
         if (st == FL_OK && oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a plane's %lld gradients", (long long)L);
         if (st == FL_OK) st = fl_window_stopped(stop);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "cpu/par.h"
 
 static const char *const ST_NAMES[] = { "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I64", "I32", "U8", "BOOL" };
 static const size_t ST_SIZES[] = { 4, 2, 2, 1, 1, 8, 4, 1, 1 };
@@ -438,6 +439,17 @@ fl_status fl_st_open(fl_st_file **out, const char *path) {
 
 #define READ_CHUNK ((size_t)8 << 20)
 
+/* Faults in the whole pages of [p, p + len) before a read fills them (advisory: older kernels answer EINVAL). */
+static void prefault(uint8_t *p, size_t len) {
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t P = 4096;
+    uintptr_t a = ((uintptr_t)p + P - 1) & ~(P - 1), b = ((uintptr_t)p + len) & ~(P - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+    (void)p, (void)len;
+#endif
+}
+
 fl_status fl_st_read(const fl_st_file *f, int i, void *dst) {
     if (i < 0 || i >= f->n) return FL_ERR(FL_EINVAL, "%s: no tensor #%d", f->path, i);
     if (f->fd < 0) return FL_ERR(FL_EINVAL, "%s: parsed from memory, no data to read", f->path);
@@ -450,32 +462,28 @@ fl_status fl_st_read(const fl_st_file *f, int i, void *dst) {
      * kernels answer EINVAL and the read faults instead), then reads it. */
     int64_t nchunks = (int64_t)((n + READ_CHUNK - 1) / READ_CHUNK);
     int err = 0;    /* the first failure's errno, or -1 for a short file */
-    #pragma omp parallel for schedule(dynamic, 1)
+    FL_PAR_FOR(1, schedule(dynamic, 1),
     for (int64_t c = 0; c < nchunks; c++) {
         size_t lo = (size_t)c * READ_CHUNK, len = n - lo < READ_CHUNK ? n - lo : READ_CHUNK;
         uint8_t *p = (uint8_t *)dst + lo;
         uint64_t off = f->data_start + e->begin + lo;
-#ifdef MADV_POPULATE_WRITE
-        const uintptr_t P = 4096;
-        uintptr_t a = ((uintptr_t)p + P - 1) & ~(P - 1), b = ((uintptr_t)p + len) & ~(P - 1);
-        if (b > a) (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
-#endif
+        prefault(p, len);
         while (len > 0) {
             int seen;
-            #pragma omp atomic read
+            FL_PRAGMA(omp atomic read)
             seen = err;
             if (seen) break;
             ssize_t r = pread(f->fd, p, len, (off_t)off);
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 int mine = r < 0 ? errno : -1;
-                #pragma omp critical(fl_st_read_err)
+                FL_PRAGMA(omp critical(fl_st_read_err))
                 { if (!err) err = mine; }
                 break;
             }
             p += r; len -= (size_t)r; off += (uint64_t)r;
         }
-    }
+    });
     if (err == -1) return FL_ERR(FL_EIO, "%s: the file ended early (it changed while being read?)", f->path);
     if (err) return FL_ERR(FL_EIO, "%s: read failed: %s", f->path, strerror(err));
     return FL_OK;

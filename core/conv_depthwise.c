@@ -11,6 +11,7 @@
 #include "autograd.h"
 #include "format.h"
 #include "host_ops.h"
+#include "cpu/par.h"
 #include "window.h"
 #include "profiler.h"
 #include <math.h>
@@ -24,7 +25,7 @@ static fl_status dw_forward(const float *x, const float *k, float *y, int64_t N,
                             int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
     int stop = 0;
-    #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
+    FL_PAR_FOR(N * OC * oh * ow > 4096, schedule(static),
     for (int64_t p = 0; p < N * OC; p++) {
         FL_WIN_POLL(stop)
         const int64_t n = p / OC, o = p % OC;
@@ -48,7 +49,7 @@ static fl_status dw_forward(const float *x, const float *k, float *y, int64_t N,
                         for (int64_t ox = lo; ox < hi; ox++) out[ox] = fmaf(wv, in[ox * g->sw], out[ox]);
                 }
             }
-    }
+    });
     return fl_window_stopped(stop);
 }
 
@@ -59,7 +60,7 @@ static fl_status dw_grad_input(const float *gy, const float *k, float *dx, int64
                                int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
     int stop = 0;
-    #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
+    FL_PAR_FOR(N * OC * oh * ow > 4096, schedule(static),
     for (int64_t p = 0; p < N * C; p++) {
         FL_WIN_POLL(stop)
         const int64_t n = p / C, c = p % C;
@@ -92,7 +93,7 @@ static fl_status dw_grad_input(const float *gy, const float *k, float *dx, int64
                     }
                 }
             }
-    }
+    });
     return fl_window_stopped(stop);
 }
 
@@ -102,12 +103,12 @@ static fl_status dw_grad_weight(const float *gy, const float *x, float *dk, int6
                                 int64_t h, int64_t w, const fl_window *g, int64_t oh, int64_t ow) {
     const int64_t m = OC / C, K = g->kh * g->kw;
     int bad = 0, stop = 0;
-    #pragma omp parallel for schedule(static) if (N * OC * oh * ow > 4096)
+    FL_PAR_FOR(N * OC * oh * ow > 4096, schedule(static),
     for (int64_t o = 0; o < OC; o++) {
         FL_WIN_POLL(stop)
         float *acc = malloc((size_t)(ow > 0 ? ow : 1) * sizeof(float));
         if (!acc) {
-            #pragma omp atomic write
+            FL_PRAGMA(omp atomic write)
             bad = 1;
             continue;
         }
@@ -134,7 +135,7 @@ static fl_status dw_grad_weight(const float *gy, const float *x, float *dk, int6
                 dk[o * K + i * g->kw + j] = s;
             }
         free(acc);
-    }
+    });
     if (bad) return FL_ERR(FL_ENOMEM, "conv_depthwise: out of memory for the weight's gradient");
     return fl_window_stopped(stop);
 }

@@ -4,6 +4,7 @@
 #include "fileio.h"
 #include <unistd.h>
 #include "optim.h"
+#include "cpu/par.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -139,8 +140,8 @@ fl_status fl_data_load_idx_images(fl_tensor **out, const char *path, double mean
     double a = 1.0 / 255.0, b = 0.0;
     if (std > 0) { a = 1.0 / (255.0 * std); b = -mean / std; }
     float *dst = fl_tensor_data(*out);
-    #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) dst[i] = (float)(px[i] * a + b);
+    FL_PAR_FOR(1, schedule(static),
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)(px[i] * a + b););
     free(px);
     if (rows) *rows = dims[1];
     if (cols) *cols = dims[2];
@@ -184,8 +185,8 @@ fl_status fl_data_gather(fl_tensor **out, const fl_tensor *src, const int64_t *i
     for (int d = 1; d < src->ndim; d++) row *= (size_t)src->shape[d];
     const char *s = fl_tensor_data(c);
     char *d = fl_tensor_data(*out);
-    #pragma omp parallel for schedule(static) if (n * (int64_t)row > (1 << 20))
-    for (int64_t b = 0; b < n; b++) memcpy(d + (size_t)b * row, s + (size_t)idx[b] * row, row);
+    FL_PAR_FOR(n * (int64_t)row > (1 << 20), schedule(static),
+    for (int64_t b = 0; b < n; b++) memcpy(d + (size_t)b * row, s + (size_t)idx[b] * row, row););
     fl_tensor_release(c);
     return FL_OK;
 }
@@ -229,11 +230,11 @@ static void unscale_host(fl_tensor *t, float factor, bool *found_nonfinite) {
     int bad = 0;
     if (fl_tensor_is_contiguous(t)) {
         float *p = fl_tensor_data(t);
-        #pragma omp parallel for schedule(static) reduction(|:bad) if (n > (1 << 16))
+        FL_PAR_FOR(n > (1 << 16), schedule(static) reduction(|:bad),
         for (int64_t i = 0; i < n; i++) {
             bad |= !isfinite(p[i]);
             p[i] *= factor;
-        }
+        });
     } else {
         /* Strided walk (views of gradients are rare; correctness over speed). */
         int64_t idx[FL_MAX_DIMS] = {0};

@@ -10,6 +10,7 @@
 #include "ops.h"
 #include "autograd.h"
 #include "host_ops.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include "device.h"
 #include <math.h>
@@ -39,7 +40,7 @@ static float bag_count(const bag_args *a, int64_t b) {
  * entry order, or for max into each column's winning row, bag by bag. */
 static void bag_grad_weight(const bag_args *a, const int32_t *arg, const float *gv, float *zv) {
     const int64_t D = a->D, nblk = (D + BAG_COLS - 1) / BAG_COLS;
-    #pragma omp parallel for if (nblk > 1 && a->n * D > (1 << 16)) schedule(static)
+    FL_PAR_FOR(nblk > 1 && a->n * D > (1 << 16), schedule(static),
     for (int64_t bk = 0; bk < nblk; bk++) {
         const int64_t j0 = bk * BAG_COLS, nj = D - j0 < BAG_COLS ? D - j0 : BAG_COLS;
         float row[BAG_COLS];
@@ -69,14 +70,14 @@ static void bag_grad_weight(const bag_args *a, const int32_t *arg, const float *
                 }
             }
         }
-    }
+    });
 }
 
 /* The per-sample weights' gradient: each entry's <g[b], weight[id]> (0 for a padding entry), summed in double and
  * rounded once. */
 static void bag_grad_psw(const bag_args *a, const float *gv, const float *w, float *dp) {
     const int64_t D = a->D;
-    #pragma omp parallel for if (a->B > 1 && a->n * D > (1 << 16)) schedule(static)
+    FL_PAR_FOR(a->B > 1 && a->n * D > (1 << 16), schedule(static),
     for (int64_t b = 0; b < a->B; b++)
         for (int64_t e = (int64_t)a->starts[b]; e < (int64_t)a->starts[b + 1]; e++) {
             const int64_t id = (int64_t)a->ids[e];
@@ -84,7 +85,7 @@ static void bag_grad_psw(const bag_args *a, const float *gv, const float *w, flo
             if (id != a->pad)
                 for (int64_t j = 0; j < D; j++) s += (double)gv[b * D + j] * (double)w[id * D + j];
             dp[e] = (float)s;
-        }
+        });
 }
 
 static fl_status embedding_bag_bwd(fl_node *nd, const fl_tensor *g, fl_tensor **gin) {
@@ -202,7 +203,7 @@ fl_status fl_embedding_bag(fl_tensor **out, const fl_tensor *ids, const fl_tenso
                              mode };
         const float *w = fl_tensor_data(wc);
         float *y = fl_tensor_data(v);
-        #pragma omp parallel for if (B > 1 && n * D > (1 << 16)) schedule(static)
+        FL_PAR_FOR(B > 1 && n * D > (1 << 16), schedule(static),
         for (int64_t b = 0; b < B; b++) {
             float *yr = y + b * D;
             if (mode == FL_BAG_MAX) { bag_max(&a, w, b, yr, ctx->arg + b * D); continue; }
@@ -213,10 +214,10 @@ fl_status fl_embedding_bag(fl_tensor **out, const fl_tensor *ids, const fl_tenso
                 const float *wr = w + id * D;
                 if (a.psw) {
                     const float p = a.psw[e];
-                    #pragma omp simd
+                    FL_PRAGMA(omp simd)
                     for (int64_t j = 0; j < D; j++) yr[j] += wr[j] * p;
                 } else {
-                    #pragma omp simd
+                    FL_PRAGMA(omp simd)
                     for (int64_t j = 0; j < D; j++) yr[j] += wr[j];
                 }
             }
@@ -224,7 +225,7 @@ fl_status fl_embedding_bag(fl_tensor **out, const fl_tensor *ids, const fl_tenso
                 const float c = bag_count(&a, b);
                 for (int64_t j = 0; j < D; j++) yr[j] /= c;
             }
-        }
+        });
     }
     fl_node *nd = NULL;
     if (st == FL_OK) { *out = v; v = NULL; }

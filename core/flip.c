@@ -5,6 +5,7 @@
 #include "ops.h"
 #include "autograd.h"
 #include "device.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include <string.h>
 
@@ -31,7 +32,7 @@ fl_status fl_flip(fl_tensor **out, const fl_tensor *a, uint32_t dims) {
         const size_t es = fl_format(a->dtype)->size;
         const char *src = fl_tensor_data(c);
         char *dst = fl_tensor_data(r);
-        #pragma omp parallel for schedule(static) if (n >= (1 << 16))
+        FL_PAR_FOR(n >= (1 << 16), schedule(static),
         for (int64_t row = 0; row < rows; row++) {
             int64_t rem = row, from = 0, stride = 1;   /* the source row: row's index with the flipped dims reversed */
             for (int d = nd - 2; d >= 0; d--) {
@@ -52,7 +53,7 @@ fl_status fl_flip(fl_tensor **out, const fl_tensor *a, uint32_t dims) {
                 uint16_t *d2 = (uint16_t *)d;
                 for (int64_t j = 0; j < last; j++) d2[j] = s2[last - 1 - j];
             }
-        }
+        });
     }
     fl_tensor_release(c);
     if (st != FL_OK) { fl_tensor_release(r); return st; }

@@ -5,6 +5,7 @@
 #include "half_cvt.h"
 #include "bf16_x86.h"
 #include "fp8_x86.h"
+#include "cpu/par.h"
 #include "scale_rule.h"
 
 #include <assert.h>
@@ -668,14 +669,14 @@ static fl_status quantize_n(const float *src, uint8_t *dst, size_t n, fl_dtype f
     int64_t unf = 0, sat = 0, nan = 0;
     int stop = 0;
     /* Integer counters and max are order-independent, so the result is deterministic. */
-#pragma omp parallel for if (par) schedule(static) reduction(max : amax) reduction(+ : unf, sat, nan)
+    FL_PAR_FOR(par, schedule(static) reduction(max : amax) reduction(+ : unf, sat, nan),
     for (size_t b = 0; b < nb; b++) {
         int s;
-#pragma omp atomic read
+        FL_PRAGMA(omp atomic read)
         s = stop;
         if (s) continue;
         if (fl_interrupt_pending()) {
-#pragma omp atomic write
+            FL_PRAGMA(omp atomic write)
             stop = 1;
             continue;
         }
@@ -686,7 +687,7 @@ static fl_status quantize_n(const float *src, uint8_t *dst, size_t n, fl_dtype f
         unf += st.underflow;
         sat += st.saturated;
         nan += st.nan;
-    }
+    });
     if (stop) {
         fl_status s = fl_check_interrupt(); /* clears the flag and records "interrupted" */
         return s != FL_OK ? s : FL_ERR(FL_EINTR, "interrupted");
@@ -806,12 +807,12 @@ float fl_amax_f32_path(const float *src, size_t n, int path) {
     if (!par) return fn(src, n);
     const size_t blk = par_block(n, par), nb = (n + blk - 1) / blk;
     float m = 0.0f;
-#pragma omp parallel for schedule(static) reduction(max : m)
+    FL_PAR_FOR(1, schedule(static) reduction(max : m),
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * blk, len = n - lo < blk ? n - lo : blk;
         float v = fn(src + lo, len);
         m = v > m ? v : m;
-    }
+    });
     return m;
 }
 
@@ -852,11 +853,11 @@ void fl_dequantize_f32(const uint8_t *src, float *dst, size_t n, fl_dtype fmt, f
         return;
     }
     const size_t blk = par_block(n, true), nb = (n + blk - 1) / blk;
-#pragma omp parallel for schedule(static)
+    FL_PAR_FOR(1, schedule(static),
     for (size_t b = 0; b < nb; b++) {
         const size_t off = b * blk;
         dequant_span(src + off, dst + off, n - off < blk ? n - off : blk, fmt, scale_inv);
-    }
+    });
 }
 
 void fl_fp8_add_n(const uint8_t *a, uint8_t *b, size_t n, fl_dtype fmt) {

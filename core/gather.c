@@ -6,6 +6,7 @@
 #include "ops.h"
 #include "ops_raw.h"
 #include "host_ops.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include <stdlib.h>
 #include <string.h>
@@ -311,13 +312,13 @@ static fl_status index_select_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gi
         const float *gv = fl_tensor_data(gh);
         float *zv = fl_tensor_data(z);
         /* threads take whole outer slices (distinct destinations); within one, runs in index order */
-        #pragma omp parallel for if (outer > 1 && outer * k * inner > (1 << 16)) schedule(static)
+        FL_PAR_FOR(outer > 1 && outer * k * inner > (1 << 16), schedule(static),
         for (int64_t o = 0; o < outer; o++)
             for (int64_t r = 0; r < k; r++) {
                 float *dst = zv + (o * size + pos[r]) * inner;
                 const float *src = gv + (o * k + r) * inner;
                 for (int64_t j = 0; j < inner; j++) dst[j] += src[j];
-            }
+            });
     }
     free(pos);
     fl_tensor_release(gh);
@@ -367,7 +368,7 @@ fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl
         if (inner == 1 && (es == 4 || es == 2)) {
             /* along the last dim: a row's elements picked in a loop (a 4-byte memcpy and a division per element were
              * 3.3x torch's index_select of 512 of [4096, 1024]'s columns) */
-            #pragma omp parallel for if (outer > 1 && (int64_t)run * rows > (1 << 18)) schedule(static)
+            FL_PAR_FOR(outer > 1 && (int64_t)run * rows > (1 << 18), schedule(static),
             for (int64_t o = 0; o < outer; o++) {
                 if (es == 4) {
                     const uint32_t *xr = (const uint32_t *)x + o * size;
@@ -378,13 +379,13 @@ fl_status fl_index_select(fl_tensor **out, const fl_tensor *a, int dim, const fl
                     uint16_t *yr = (uint16_t *)y + o * k;
                     for (int64_t r = 0; r < k; r++) yr[r] = xr[pos[r]];
                 }
-            }
+            });
         } else {
-            #pragma omp parallel for if (rows > 1 && (int64_t)run * rows > (1 << 18)) schedule(static)
+            FL_PAR_FOR(rows > 1 && (int64_t)run * rows > (1 << 18), schedule(static),
             for (int64_t t = 0; t < rows; t++) {
                 const int64_t o = t / (k > 0 ? k : 1), r = t - o * k;
                 memcpy(y + (size_t)t * run, x + (size_t)(o * size + pos[r]) * run, run);
-            }
+            });
         }
     }
     free(pos);

@@ -10,6 +10,7 @@
 #include "ops.h"
 #include "autograd.h"
 #include "format.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include "window.h"
 #include "im2col.h"
@@ -61,7 +62,7 @@ static fl_status NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const 
                       int64_t ow, T pad) {                                                                          \
     const int64_t K = g->kh * g->kw, L = oh * ow;                                                                   \
     int stop = 0;                                                                                                   \
-    _Pragma("omp parallel for schedule(static) if (nc * K * L > 32768)")                                            \
+    FL_PAR_FOR(nc * K * L > 32768, schedule(static),                                                                \
     for (int64_t p = 0; p < nc; p++) {                                                                              \
         FL_WIN_POLL(stop)                                                                                           \
         const T *src = x + p * h * w;                                                                               \
@@ -106,7 +107,7 @@ static fl_status NAME(const T *x, T *y, int64_t nc, int64_t h, int64_t w, const 
                     for (int64_t ox = hi; ox < ow; ox++) row[ox] = pad;                                             \
                 }                                                                                                   \
             }                                                                                                       \
-    }                                                                                                               \
+    });                                                                                                             \
     return fl_window_stopped(stop);                                                                                 \
 }
 UNFOLD_KERNEL(unfold32, uint32_t)
@@ -118,7 +119,7 @@ static fl_status fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64
                           int64_t ow) {
     const int64_t K = g->kh * g->kw, L = oh * ow;
     int stop = 0;
-    #pragma omp parallel for schedule(static) if (nc * K * L > 32768)
+    FL_PAR_FOR(nc * K * L > 32768, schedule(static),
     for (int64_t p = 0; p < nc; p++) {
         FL_WIN_POLL(stop)
         const float *src = x + p * K * L;
@@ -140,7 +141,7 @@ static fl_status fold_f32(const float *x, float *y, int64_t nc, int64_t h, int64
                     }
                 }
             }
-    }
+    });
     return fl_window_stopped(stop);
 }
 

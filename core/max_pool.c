@@ -13,6 +13,7 @@
 #include "autograd.h"
 #include "format.h"
 #include "host_ops.h"
+#include "cpu/par.h"
 #include "window.h"
 #include "profiler.h"
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static fl_status mp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
         const int32_t *pos = c->pos;
         float *d = fl_tensor_data(dx);
         int stop = 0;
-        #pragma omp parallel for schedule(static) if (NC * L > 32768)
+        FL_PAR_FOR(NC * L > 32768, schedule(static),
         for (int64_t p = 0; p < NC; p++) {
             FL_WIN_POLL(stop)
             const int32_t *pp = pos + p * L;
@@ -47,7 +48,7 @@ static fl_status mp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
             float *dp = d + p * hw;
             for (int64_t l = L - 1; l >= 0; l--)
                 if (pp[l] >= 0) dp[pp[l]] += gp[l];
-        }
+        });
         st = fl_window_stopped(stop);
     }
     fl_tensor_release(hg);
@@ -106,12 +107,12 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
         /* a row of windows at a time, kernel offset by kernel offset (each window still sees its offsets in order),
          * the update without branches: taken where no input position was yet, or where the value is a NaN or
          * greater and the maximum so far is not a NaN */
-        #pragma omp parallel for schedule(static) if (numel > 4096)
+        FL_PAR_FOR(numel > 4096, schedule(static),
         for (int64_t p = 0; p < N * C; p++) {
             FL_WIN_POLL(stop)
             int32_t *bp = malloc((size_t)ow * sizeof *bp);
             if (!bp) {
-                #pragma omp atomic write
+                FL_PRAGMA(omp atomic write)
                 bad = 1;
                 continue;
             }
@@ -145,7 +146,7 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
                 }
             }
             free(bp);
-        }
+        });
         if (bad) st = FL_ERR(FL_ENOMEM, "max_pool: out of memory for a row of %lld windows", (long long)ow);
         else st = fl_window_stopped(stop);
     }

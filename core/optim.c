@@ -8,6 +8,7 @@
 #include "device.h"
 #include "ops_raw.h"
 #include "optim.h"
+#include "cpu/par.h"
 #include "profiler.h"
 
 /* The device every tensor of a step lives on, and the entry it needs (NULL tensors are skipped). */
@@ -282,8 +283,8 @@ fl_status fl_scale_(fl_tensor *t, double s) {
     const float f = (float)s;
     if (fl_tensor_is_contiguous(t)) {
         int64_t n = fl_tensor_numel(t);
-        #pragma omp parallel for simd schedule(static) if (parallel: n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) x[i] *= f;
+        FL_PAR_FOR_SIMD(n >= (1 << 16),,
+        for (int64_t i = 0; i < n; i++) x[i] *= f;);
     } else {
         FOR_EACH_OFFSET(t, off, x[off] *= f);
     }

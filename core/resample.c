@@ -7,6 +7,7 @@
  * gradients: the same terms in another order. Computed on the host in fp32 (host_ops.h). */
 #include "ops.h"
 #include "host_ops.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include "autograd.h"
 #include <math.h>
@@ -43,7 +44,7 @@ static void forward_slices(const float *x, float *y, const resample_ctx *c, int6
                            int64_t o1) {
     const int64_t m = c->m, rows = (o1 - o0) * m;
     const int taps = c->taps;
-    #pragma omp parallel for if (rows * inner * taps > (1 << 16)) schedule(static)
+    FL_PAR_FOR(rows * inner * taps > (1 << 16), schedule(static),
     for (int64_t r = 0; r < rows; r++) {
         const int64_t o = o0 + r / m, j = r % m;
         const int64_t *p = c->pos + j * taps;
@@ -58,7 +59,7 @@ static void forward_slices(const float *x, float *y, const resample_ctx *c, int6
             const float wt = w[t];
             for (int64_t i = 0; i < inner; i++) yr[i] = yr[i] + xt[i] * wt;
         }
-    }
+    });
 }
 
 /* dx [outer, n, inner] (zeroed) += the scatter of dy [outer, m, inner]; threads take whole outer slices (distinct
@@ -67,7 +68,7 @@ static void backward_slices(const float *dy, float *dx, const resample_ctx *c, i
                             int64_t o1) {
     const int64_t m = c->m;
     const int taps = c->taps;
-    #pragma omp parallel for if ((o1 - o0) > 1 && (o1 - o0) * m * inner * taps > (1 << 16)) schedule(static)
+    FL_PAR_FOR((o1 - o0) > 1 && (o1 - o0) * m * inner * taps > (1 << 16), schedule(static),
     for (int64_t o = o0; o < o1; o++)
         for (int64_t j = 0; j < m; j++) {
             const float *g = dy + (o * m + j) * inner;
@@ -76,7 +77,7 @@ static void backward_slices(const float *dy, float *dx, const resample_ctx *c, i
                 const float wt = c->w[j * taps + t];
                 for (int64_t i = 0; i < inner; i++) d[i] = d[i] + g[i] * wt;
             }
-        }
+        });
 }
 
 /* outer slices per chunk between interrupt polls (at least one) */

@@ -1,6 +1,7 @@
 /* rng.c — the Philox4x32-10 generator (core/philox.h): counter-based, so any block of the
  * stream can be computed independently and the same seed gives the same numbers everywhere. */
 #include "rng.h"
+#include "cpu/par.h"
 #include "philox.h"
 #include <math.h>
 
@@ -15,13 +16,13 @@ static inline float u24(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.
 void fl_rng_uniform(fl_rng *r, float *dst, size_t n, float lo, float hi) {
     size_t blocks = (n + 3) / 4;
     uint64_t base = r->counter;
-    #pragma omp parallel for if (n > (1u << 18)) schedule(static)
+    FL_PAR_FOR(n > (1u << 18), schedule(static),
     for (size_t b = 0; b < blocks; b++) {
         uint32_t w[4];
         fl_philox4x32(r->seed, base + b, w);
         for (int j = 0; j < 4 && b * 4 + j < n; j++)
             dst[b * 4 + j] = lo + (hi - lo) * u24(w[j]);
-    }
+    });
     r->counter = base + blocks;
 }
 
@@ -29,7 +30,7 @@ void fl_rng_uniform(fl_rng *r, float *dst, size_t n, float lo, float hi) {
 void fl_rng_normal(fl_rng *r, float *dst, size_t n, float mean, float std) {
     size_t blocks = (n + 3) / 4;
     uint64_t base = r->counter;
-    #pragma omp parallel for if (n > (1u << 16)) schedule(static)
+    FL_PAR_FOR(n > (1u << 16), schedule(static),
     for (size_t b = 0; b < blocks; b++) {
         uint32_t w[4];
         fl_philox4x32(r->seed, base + b, w);
@@ -43,7 +44,7 @@ void fl_rng_normal(fl_rng *r, float *dst, size_t n, float mean, float std) {
         }
         for (int j = 0; j < 4 && b * 4 + j < n; j++)
             dst[b * 4 + j] = (float)(mean + std * z[j]);
-    }
+    });
     r->counter = base + blocks;
 }
 
@@ -56,13 +57,13 @@ static inline uint64_t below(uint32_t w0, uint32_t w1, uint64_t range) {
 void fl_rng_integers(fl_rng *r, float *dst, size_t n, int64_t lo, int64_t hi) {
     const size_t blocks = (n + 1) / 2;
     const uint64_t base = r->counter, range = (uint64_t)(hi - lo);
-    #pragma omp parallel for if (n > (1u << 18)) schedule(static)
+    FL_PAR_FOR(n > (1u << 18), schedule(static),
     for (size_t b = 0; b < blocks; b++) {
         uint32_t w[4];
         fl_philox4x32(r->seed, base + b, w);
         for (int j = 0; j < 2 && b * 2 + j < n; j++)
             dst[b * 2 + j] = (float)(lo + (int64_t)below(w[2 * j], w[2 * j + 1], range));
-    }
+    });
     r->counter = base + blocks;
 }
 

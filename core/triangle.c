@@ -7,6 +7,7 @@
 #include "ops.h"
 #include "autograd.h"
 #include "device.h"
+#include "cpu/par.h"
 #include "profiler.h"
 #include <string.h>
 
@@ -33,7 +34,7 @@ fl_status fl_triangle(fl_tensor **out, const fl_tensor *a, int64_t k, bool lower
         const size_t es = fl_format(a->dtype)->size;
         const char *src = fl_tensor_data(c);
         char *dst = fl_tensor_data(r);
-        #pragma omp parallel for schedule(static) if (n >= (1 << 16))
+        FL_PAR_FOR(n >= (1 << 16), schedule(static),
         for (int64_t row = 0; row < rows; row++) {
             const int64_t i = row % R;
             /* lower: j ≤ i + k kept, [0, e); upper: j ≥ i + k kept, [b, C) */
@@ -44,7 +45,7 @@ fl_status fl_triangle(fl_tensor **out, const fl_tensor *a, int64_t k, bool lower
             memset(dst + off, 0, (size_t)b * es);
             memcpy(dst + off + (size_t)b * es, src + off + (size_t)b * es, (size_t)(e - b) * es);
             memset(dst + off + (size_t)e * es, 0, (size_t)(C - e) * es);
-        }
+        });
     }
     fl_tensor_release(c);
     if (st != FL_OK) { fl_tensor_release(r); return st; }

@@ -29,6 +29,7 @@
 
 #include "cpu_isa.h"
 #include "error.h"
+#include "cpu/par.h"
 #include "settings.h"
 
 #define FL_VERSION "0.1.0"
@@ -1017,8 +1018,7 @@ static int set_cpu_isa(void) {
  * process here, at its start, with libgomp's message. Each thread of the team sets up its signal stack there. */
 static void start_omp_team(void) {
 #ifdef _OPENMP
-    #pragma omp parallel
-    use_signal_stack();   /* each worker's own (the main thread's too) */
+    FL_PARALLEL(true, , use_signal_stack(););   /* each worker's own (the main thread's too); one thread: no team */
 #else
     use_signal_stack();
 #endif

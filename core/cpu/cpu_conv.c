@@ -17,6 +17,7 @@
 #include "cpu_internal.h"
 #include "cpu_conv.h"
 #include "half_cvt.h"
+#include "par.h"
 #include <dnnl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,7 +345,7 @@ static void unblock(float *y, uint16_t *y16, const float *b, const float *bias, 
     const int64_t nbk = (oc + bs - 1) / bs;
     /* tiles where each block's channels are all there (nChw16c with oc a multiple of 16, or NHWC of such oc) */
     const bool tiles = bs % 16 == 0 && oc % 16 == 0 && fl_cpu_avx512();
-    #pragma omp parallel for collapse(2) schedule(static) if (m * oc * hw >= (INT64_C(1) << 16))
+    FL_PAR_FOR(m * oc * hw >= (INT64_C(1) << 16), collapse(2) schedule(static),
     for (int64_t n = 0; n < m; n++)
         for (int64_t cb = 0; cb < nbk; cb++) {
             const float *src = b + (n * nbk + cb) * hw * bs;
@@ -368,7 +369,7 @@ static void unblock(float *y, uint16_t *y16, const float *b, const float *bias, 
                     }
                 }
             }
-        }
+        });
 }
 
 /* the written image's copy out of an NHWC kernel into an NHWC bf16 result (y16: each value plus the bias where given,
@@ -388,7 +389,7 @@ FL_CPU_AVX512 static int64_t nhwc_round16(uint16_t *d, const float *s, const flo
 
 static void nhwc_out(float *y, uint16_t *y16, const float *src, const float *bias, int64_t np, int64_t oc) {
     const bool v16 = fl_cpu_avx512();
-    #pragma omp parallel for schedule(static) if (np * oc >= (INT64_C(1) << 16))
+    FL_PAR_FOR(np * oc >= (INT64_C(1) << 16), schedule(static),
     for (int64_t p = 0; p < np; p++) {
         const float *s = y16 ? src + p * oc : y + p * oc;
         const int64_t j0 = y16 && v16 ? nhwc_round16(y16 + p * oc, s, bias, oc) : 0;
@@ -401,10 +402,10 @@ static void nhwc_out(float *y, uint16_t *y16, const float *src, const float *bia
             for (int64_t j = j0; j < oc; j++) d[j] = fl_f32_to_bf16_bits(s[j]);
         } else {
             float *d = y + p * oc;
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < oc; j++) d[j] = s[j] + bias[j];
         }
-    }
+    });
 }
 
 /* a oneDNN memory over the buffer p; out of memory (the object's own allocation) is FL_ENOMEM, which the binding

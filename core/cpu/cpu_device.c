@@ -2,6 +2,7 @@
  * tile walker and load/store helpers the other CPU kernel files use. */
 #include "cpu_internal.h"
 #include "cpu_nn.h"
+#include "par.h"
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -207,7 +208,7 @@ fl_status fl_cpu_for_tiles(int ndim, const int64_t *shape, int nt, const fl_tens
     for (int64_t c0 = 0; c0 < ntiles; c0 += chunk) {
         FL_TRY(fl_check_interrupt());
         int64_t c1 = c0 + chunk < ntiles ? c0 + chunk : ntiles;
-        #pragma omp parallel for schedule(static) if ((c1 - c0) * tile_elems >= FL_CPU_PAR_MIN)
+        FL_PAR_FOR((c1 - c0) * tile_elems >= FL_CPU_PAR_MIN, schedule(static),
         for (int64_t t = c0; t < c1; t++) {
             int64_t row = t / tiles_per_row, j0 = (t % tiles_per_row) * FL_CPU_TILE;
             int64_t off[3] = { 0, 0, 0 }, istr[3];
@@ -220,7 +221,7 @@ fl_status fl_cpu_for_tiles(int ndim, const int64_t *shape, int nt, const fl_tens
             for (int k = 0; k < nt; k++) { istr[k] = st[k][nd - 1]; off[k] += j0 * istr[k]; }
             int64_t n = inner - j0 < FL_CPU_TILE ? inner - j0 : FL_CPU_TILE;
             fn(ctx, n, off, istr);
-        }
+        });
     }
     return FL_OK;
 }
@@ -353,7 +354,7 @@ static bool copy_transposed(fl_tensor *dst, const fl_tensor *src, fl_status *st)
         fl_status s0 = fl_check_interrupt();
         if (s0 != FL_OK) { *st = s0; return true; }
         const int64_t c1 = c0 + chunk < outer * bp ? c0 + chunk : outer * bp;
-        #pragma omp parallel for schedule(static) if ((c1 - c0) * FL_T_BLOCK * Q >= FL_CPU_PAR_MIN)
+        FL_PAR_FOR((c1 - c0) * FL_T_BLOCK * Q >= FL_CPU_PAR_MIN, schedule(static),
         for (int64_t t = c0; t < c1; t++) {
             int64_t o = t / bp, doff = 0, soff = 0;
             for (int d = q - 1; d >= 0; d--) {   /* the plane's place: o over the dims other than p and q */
@@ -368,7 +369,7 @@ static bool copy_transposed(fl_tensor *dst, const fl_tensor *src, fl_status *st)
             const char *s = sbase + soff * (int64_t)es;
             for (int64_t j0 = 0; j0 < Q; j0 += FL_T_BLOCK)
                 t_block(d, s, es, dp, sq, i0, i1, j0, j0 + FL_T_BLOCK < Q ? j0 + FL_T_BLOCK : Q);
-        }
+        });
     }
     *st = FL_OK;
     return true;

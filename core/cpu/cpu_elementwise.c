@@ -8,6 +8,7 @@
 #include "cpu_vtanh.h"
 #include "half_cvt.h"
 #include "hypot1.h"
+#include "par.h"
 #include "bf16_x86.h"
 #include <math.h>
 #include <string.h>
@@ -379,11 +380,11 @@ static void unary_tile(void *vc, int64_t n, const int64_t *off, const int64_t *s
         FL_TRY(fl_check_interrupt());                                                     \
         int64_t c1 = c0 + FL_CPU_POLL < (n) ? c0 + FL_CPU_POLL : (n);                      \
         int64_t nblk = (c1 - c0 + 4095) / 4096;                                            \
-        _Pragma("omp parallel for schedule(static) if (c1 - c0 >= FL_CPU_PAR_MIN)")        \
+        FL_PAR_FOR(c1 - c0 >= FL_CPU_PAR_MIN, schedule(static),                           \
         for (int64_t blk = 0; blk < nblk; blk++) {                                        \
             int64_t i0 = c0 + blk * 4096, len = c1 - i0 < 4096 ? c1 - i0 : 4096;          \
             body;                                                                         \
-        }                                                                                 \
+        });                                                                               \
     }
 
 /* bf16 a (op) b into bf16 d, all contiguous, for + - * /: 32 elements at a time widened in registers, the fp32

@@ -5,6 +5,7 @@
  * operands in place, which also applies per-tensor scales and the bias in its epilogue; per-row/per-column
  * scales take one pass after it. */
 #include "cpu_internal.h"
+#include "par.h"
 #include <float.h>
 #include <pthread.h>
 #include <string.h>
@@ -84,11 +85,11 @@ fl_status fl_fp8_decode_bf16(fl_tensor **out, const fl_tensor *q) {
     uint16_t *d = fl_tensor_data(r);
     int64_t n = fl_tensor_numel(q), blk = 1 << 16, nb = (n + blk - 1) / blk;
     bool e5 = q->dtype == FL_E5M2;
-    #pragma omp parallel for schedule(static) if (n >= 4 * PAR_MIN)
+    FL_PAR_FOR(n >= 4 * PAR_MIN, schedule(static),
     for (int64_t k = 0; k < nb; k++) {
         int64_t o = k * blk, len = n - o < blk ? n - o : blk;
         decode_span(s + o, d + o, len, e5);
-    }
+    });
     *out = r;
     return FL_OK;
 }
@@ -165,7 +166,7 @@ static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_t
     const float *sa = fl_tensor_data(a->scale_inv), *sb = fl_tensor_data(b->scale_inv);
     const bool sa_vec = a->scale_axis >= 0, sb_vec = b->scale_axis >= 0;
     float *py = fl_tensor_data(dst);
-    #pragma omp parallel for schedule(static) if (m * n >= PAR_MIN)
+    FL_PAR_FOR(m * n >= PAR_MIN, schedule(static),
     for (int64_t i = 0; i < m; i++) {
         float *out = py + i * n;
         const float ra = sa[sa_vec ? i : 0];
@@ -182,7 +183,7 @@ static fl_status gemm_then_scale(fl_tensor *dst, const fl_tensor *ad, const fl_t
             if (pb) { for (int64_t j = 0; j < n; j++) out[j] = out[j] * r + pb[j]; }
             else    { for (int64_t j = 0; j < n; j++) out[j] = out[j] * r; }
         }
-    }
+    });
     return FL_OK;
 }
 
@@ -215,8 +216,8 @@ static fl_status fp8_gemm(fl_tensor *dst, const fl_tensor *a, const fl_tensor *b
     if (st == FL_OK && pr) {
         float *py = fl_tensor_data(dst);
         const int64_t n = fl_tensor_numel(dst);
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (int64_t i = 0; i < n; i++) py[i] += pr[i];
+        FL_PAR_FOR_SIMD(n >= PAR_MIN,,
+        for (int64_t i = 0; i < n; i++) py[i] += pr[i];);
     }
     fl_tensor_release(ad);
     fl_tensor_release(bd);

@@ -7,6 +7,7 @@
  * a time: AVX-512 and AVX2 give the same bits).
  * The same driver runs the FMA families on bf16, fp16 and fp32 operands (fl_cpu_fma_mm). */
 #include "cpu_fp8_mm.h"
+#include "par.h"
 #include <omp.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -299,11 +300,11 @@ static fl_status mm_execute(const mm_job *jp) {
             }
         for (int64_t g = 0; g < ngr; g++) atomic_init(&done[g], 0);
     }
-    #pragma omp parallel num_threads(nthr)
+    FL_PARALLEL(nthr > 1, num_threads(nthr),
     {
         uint8_t *buf = aligned_alloc(64, (bbytes + abytes + tbytes + 191) / 64 * 64);
         if (!buf) {
-            #pragma omp atomic write
+            FL_PRAGMA(omp atomic write)
             oom = true;
         }
         if (steal) {   /* a thread without its buffer takes no group; the others do them all */
@@ -312,7 +313,7 @@ static fl_status mm_execute(const mm_job *jp) {
                                   buf + (bbytes + 63) / 64 * 64 + (abytes + 63) / 64 * 64);
         }
         else {
-            #pragma omp for schedule(static)
+            FL_PRAGMA(omp for schedule(static))
             for (int64_t t = 0; t < ntile; t++) {
                 if (!buf) continue;
                 const int64_t m0 = (t / nnb) * J.mb, n0 = (t % nnb) * J.nb;
@@ -321,7 +322,7 @@ static fl_status mm_execute(const mm_job *jp) {
             }
         }
         free(buf);
-    }
+    });
     free(runs);
     free(done);
     if (oom) return FL_ERR(FL_ENOMEM, "cpu gemm: out of memory for the packing buffers");

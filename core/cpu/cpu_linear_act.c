@@ -10,6 +10,7 @@
 #include "cpu_nn_internal.h"
 #include "format.h"
 #include "bf16_x86.h"
+#include "par.h"
 #include <stdlib.h>
 
 /* One row's epilogue, the portable form: bias_add's y + b, act_fwd's ReLU (a NaN stays NaN), in place, then the
@@ -57,6 +58,15 @@ FL_BF16_X86_TARGET static void row_avx512(float *row, const float *b, uint16_t *
  * AMX, with K >= 1024, a primitive for 512 rows gave other sums for those rows than one for 520 (a stop 93 review:
  * 252,634 of 524,288 sums of [520, 2048] x [2048, 1024] differed, and an encoder's no_grad forward differed from its
  * training-mode forward), so a block boundary would move bits that the composite's single call fixes. */
+/* One row: the AVX-512 kernel where `wide`, else the generic one (the same bits). */
+static inline void row_any(bool wide, float *s, const float *b, uint16_t *y, int64_t N) {
+#ifdef __x86_64__
+    if (wide) { row_avx512(s, b, y, N); return; }
+#endif
+    (void)wide;
+    row_generic(s, b, y, N);
+}
+
 static int64_t block_rows(int64_t M, int64_t N) {
     (void)N;
     return M;
@@ -73,19 +83,16 @@ fl_status fl_cpu_dev_linear_relu_bf16(const uint16_t *x, const uint16_t *w, cons
     bool ran = true;
 #ifdef __x86_64__
     const bool wide = fl_cpu_linear_act_wide_allowed && fl_bf16_x86_available();
+#else
+    const bool wide = false;
 #endif
     for (int64_t r0 = 0; r0 < M && st == FL_OK && ran; r0 += R) {
         const int64_t m = M - r0 < R ? M - r0 : R;
         st = fl_cpu_matmul_bf16_nt(x + r0 * K, w, s, m, N, K, &ran);
         if (st != FL_OK || !ran) break;
         uint16_t *yb = y + r0 * N;
-        #pragma omp parallel for if (m * N > FL_NN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < m; i++) {
-#ifdef __x86_64__
-            if (wide) { row_avx512(s + i * N, b, yb + i * N, N); continue; }
-#endif
-            row_generic(s + i * N, b, yb + i * N, N);
-        }
+        FL_PAR_FOR(m * N > FL_NN_PAR_MIN, schedule(static),
+        for (int64_t i = 0; i < m; i++) row_any(wide, s + i * N, b, yb + i * N, N););
     }
     free(s);
     *done = st == FL_OK && ran;
@@ -106,12 +113,12 @@ fl_status fl_cpu_dev_linear_bias_bf16(const uint16_t *x, const uint16_t *w, cons
         float *yb = y + r0 * N;
         st = fl_cpu_matmul_bf16_nt(x + r0 * K, w, yb, m, N, K, &ran);
         if (st != FL_OK || !ran) break;
-        #pragma omp parallel for if (m * N > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(m * N > FL_NN_PAR_MIN, schedule(static),
         for (int64_t i = 0; i < m; i++) {
             float *row = yb + i * N;
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < N; j++) row[j] += b[j];
-        }
+        });
     }
     *done = st == FL_OK && ran;
     return st;

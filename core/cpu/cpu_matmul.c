@@ -4,6 +4,7 @@
  * for transposes. Primitives are created once per shape and kept in a
  * small LRU cache. One engine and stream for the process, made on first use. */
 #include "cpu_internal.h"
+#include "par.h"
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -236,8 +237,8 @@ static fl_status widen(fl_tensor **out, const fl_tensor *t) {
     for (int i = 0; i < t->ndim; i++) f->stride[i] = t->stride[i];   /* keep the batch stride 0 */
     const int64_t n = t->stride[0] == 0 ? t->shape[1] * t->shape[2] : fl_tensor_numel(t), blk = 1 << 16;
     float *d = fl_tensor_data(f);
-    #pragma omp parallel for if (n > 4 * FL_CPU_PAR_MIN) schedule(static)
-    for (int64_t o = 0; o < n; o += blk) fl_cpu_load(t, o, 1, n - o < blk ? n - o : blk, d + o);
+    FL_PAR_FOR(n > 4 * FL_CPU_PAR_MIN, schedule(static),
+    for (int64_t o = 0; o < n; o += blk) fl_cpu_load(t, o, 1, n - o < blk ? n - o : blk, d + o););
     *out = f;
     return FL_OK;
 }

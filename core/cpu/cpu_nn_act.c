@@ -4,19 +4,20 @@
 #include "cpu_internal.h"
 #include "cpu_vmath.h"
 #include "cpu_vtanh.h"
+#include "par.h"
 #include "philox.h"
 #include <pthread.h>
 
 void fl_cpu_relu_fwd(const float *x, float *y, int64_t n) {
-    #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = !(x[i] <= 0.0f) ? x[i] : 0.0f;   /* a NaN stays NaN, as torch's */
+    FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+    for (int64_t i = 0; i < n; i++) y[i] = !(x[i] <= 0.0f) ? x[i] : 0.0f;);   /* a NaN stays NaN, as torch's */
 }
 
 void fl_cpu_relu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
     /* x: ReLU's output (core/nn.c saves it, as torch), or its input: the test gives the same on either. The
      * subgradient at 0 is 0, as in PyTorch; a NaN passes dy, as torch's threshold_backward (out <= 0 ? 0 : dy) */
-    #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = !(x[i] <= 0.0f) ? dy[i] : 0.0f;
+    FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+    for (int64_t i = 0; i < n; i++) dx[i] = !(x[i] <= 0.0f) ? dy[i] : 0.0f;);
 }
 
 #define GELU_RSQRT2PI 0.39894228040143268f   /* 1/√(2π) */
@@ -153,11 +154,11 @@ _Atomic bool fl_cpu_avx512_allowed = true;
 #define ACT_SPANS(body)                                                                     \
     do {                                                                                    \
         const int64_t spans_ = (n + ACT_SPAN - 1) / ACT_SPAN;                               \
-        _Pragma("omp parallel for if (n > FL_NN_PAR_MIN / 8) schedule(static)")             \
+        FL_PAR_FOR(n > FL_NN_PAR_MIN / 8, schedule(static),                                 \
         for (int64_t c_ = 0; c_ < spans_; c_++) {                                           \
             const int64_t i0 = c_ * ACT_SPAN, len = n - i0 < ACT_SPAN ? n - i0 : ACT_SPAN;  \
             body;                                                                           \
-        }                                                                                   \
+        });                                                                                 \
     } while (0)
 
 /* The exact form: v·Φ(v), and Φ(v) + v·φ(v) for the derivative (cpu_vmath.h's Φ, which keeps the left tail's
@@ -380,11 +381,11 @@ void fl_cpu_sigmoid_tanh_fwd(bool tanh_, const float *x, float *y, int64_t n) {
 /* The unary ops' backward in one pass, each operation rounded as their three tensor ops round it */
 void fl_cpu_sigmoid_tanh_bwd(bool tanh_, const float *y, const float *dy, float *dx, int64_t n) {
     if (tanh_) {
-        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+        FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]););
     } else {
-        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((1.0f - y[i]) * y[i]);
+        FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((1.0f - y[i]) * y[i]););
     }
 }
 
@@ -417,21 +418,21 @@ static void philox_lanes(uint64_t key, uint64_t counter, uint32_t out[4][PHILOX_
  * Keep iff the word's top 24 bits, read as u in [0,1), are >= p: P(keep) = 1 − p up to 2^-24. */
 void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
     if (!(p > 0.0f)) {   /* p = 0 (or NaN, rejected by the caller): identity, full mask */
-        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) { y[i] = x[i]; mask[i] = 1; }
+        FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+        for (int64_t i = 0; i < n; i++) { y[i] = x[i]; mask[i] = 1; });
         return;
     }
     /* A dropped element is x·0, as torch's x·mask/(1−p): 0 with x's sign, NaN for a NaN or an infinity (a literal 0 hid
      * a diverged activation from a NaN check) */
     if (p >= 1.0f) {     /* everything dropped; 1/(1-p) would be inf, PyTorch returns x·0 */
-        #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) { y[i] = x[i] * 0.0f; mask[i] = 0; }
+        FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+        for (int64_t i = 0; i < n; i++) { y[i] = x[i] * 0.0f; mask[i] = 0; });
         return;
     }
     const uint32_t thr = (uint32_t)((double)p * 16777216.0);
     const float scale = 1.0f / (1.0f - p);
     const int64_t blocks = (n + 3) / 4, groups = (blocks + PHILOX_LANES - 1) / PHILOX_LANES;
-    #pragma omp parallel for if (n > FL_NN_PAR_MIN / 4) schedule(static)
+    FL_PAR_FOR(n > FL_NN_PAR_MIN / 4, schedule(static),
     for (int64_t gi = 0; gi < groups; gi++) {
         uint32_t w[4][PHILOX_LANES];
         philox_lanes(seed, offset + (uint64_t)(gi * PHILOX_LANES), w);
@@ -443,11 +444,11 @@ void fl_cpu_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, floa
                 y[i0 + j] = x[i0 + j] * (keep ? scale : 0.0f);
             }
         }
-    }
+    });
 }
 
 void fl_cpu_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float p) {
     const float scale = p > 0.0f && p < 1.0f ? 1.0f / (1.0f - p) : (p >= 1.0f ? 0.0f : 1.0f);
-    #pragma omp parallel for simd if (parallel: n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (mask[i] ? scale : 0.0f);   /* dy·0 where dropped: torch's */
+    FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (mask[i] ? scale : 0.0f););   /* dy·0 where dropped: torch's */
 }

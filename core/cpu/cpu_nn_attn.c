@@ -10,6 +10,7 @@
  * its AVX2 + FMA family, cpu_nn_attn_fma.c) first, and fp32 calls to that family's fp32 form. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
+#include "par.h"
 #include <stdlib.h>
 
 /* s[0..n) = Σ_d a[d] · bt[d*T + 0..n)  (bt is a [D, T] transposed matrix) */
@@ -46,10 +47,10 @@ static void transpose(const float *src, float *dst, int64_t T, int64_t D) {
 static void sdpa_fwd_rows(const float *q, const float *k, const float *v, float *out, float *att,
                             int64_t B, int64_t H, int64_t T, int64_t D, float scale, int causal, bool r16) {
     const int64_t BH = B * H;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN)
+    FL_PARALLEL(BH > 1 && BH * T * T * D > FL_NN_PAR_MIN,,
     {
         float *kt = malloc((size_t)(T * D) * sizeof(float));
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < BH; bh++) {
             const float *qh = q + bh * T * D, *kh = k + bh * T * D, *vh = v + bh * T * D;
             float *oh = out + bh * T * D, *ah = att + bh * T * T;
@@ -60,25 +61,25 @@ static void sdpa_fwd_rows(const float *q, const float *k, const float *v, float 
                 if (kt) scores_row(qh + i * D, kt, s, n, T, D);
                 else scores_row_dot(qh + i * D, kh, s, n, D);
                 float m = -INFINITY;
-                #pragma omp simd reduction(max:m)
+                FL_PRAGMA(omp simd reduction(max:m))
                 for (int64_t j = 0; j < n; j++) { s[j] *= scale; m = s[j] > m ? s[j] : m; }
                 float sum = 0.0f;
-                #pragma omp simd reduction(+:sum)
+                FL_PRAGMA(omp simd reduction(+:sum))
                 for (int64_t j = 0; j < n; j++) { float e = fl_nn_expf(s[j] - m); s[j] = e; sum += e; }
                 const float inv = 1.0f / sum;
-                #pragma omp simd
+                FL_PRAGMA(omp simd)
                 for (int64_t j = 0; j < n; j++) s[j] *= inv;
                 for (int64_t j = n; j < T; j++) s[j] = 0.0f;
                 for (int64_t d = 0; d < D; d++) o[d] = 0.0f;
                 for (int64_t j = 0; j < n; j++) {
                     const float p = r16 ? bf16r(s[j]) : s[j], *vr = vh + j * D;
-                    #pragma omp simd
+                    FL_PRAGMA(omp simd)
                     for (int64_t d = 0; d < D; d++) o[d] += p * vr[d];
                 }
             }
         }
         free(kt);
-    }
+    });
 }
 
 /* Fallback backward, one (b, h) head per thread. Masked entries have P = 0, so only j < n(i) is visited. */
@@ -86,13 +87,13 @@ static void sdpa_bwd_rows(const float *q, const float *k, const float *v, const 
                             float *dq, float *dk, float *dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale,
                             bool r16) {
     const int64_t BH = B * H;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN)
+    FL_PARALLEL(BH > 1 && BH * T * T * D > FL_NN_PAR_MIN,,
     {
         float *vt = malloc((size_t)(T * D) * sizeof(float));
         /* the dS row lives on the stack up to T = 1024 (4 KiB), beyond that on the heap */
         float sbuf[1024];
         float *ds = T <= 1024 ? sbuf : malloc((size_t)T * sizeof(float));
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < BH; bh++) {
             const float *qh = q + bh * T * D, *kh = k + bh * T * D, *vh = v + bh * T * D;
             const float *ah = att + bh * T * T, *goh = dout + bh * T * D;
@@ -110,14 +111,14 @@ static void sdpa_bwd_rows(const float *q, const float *k, const float *v, const 
                 if (vt) scores_row(go, vt, dsr, n, T, D);
                 else scores_row_dot(go, vh, dsr, n, D);
                 float dot = 0.0f;
-                #pragma omp simd reduction(+:dot)
+                FL_PRAGMA(omp simd reduction(+:dot))
                 for (int64_t j = 0; j < n; j++) dot += p[j] * dsr[j];
-                #pragma omp simd
+                FL_PRAGMA(omp simd)
                 for (int64_t j = 0; j < n; j++) dsr[j] = scale * p[j] * (dsr[j] - dot);
                 for (int64_t j = 0; j < n; j++) {
                     const float g = r16 ? bf16r(dsr[j]) : dsr[j], pj = r16 ? bf16r(p[j]) : p[j], *kj = kh + j * D;
                     float *dkj = dkh + j * D, *dvj = dvh + j * D;
-                    #pragma omp simd
+                    FL_PRAGMA(omp simd)
                     for (int64_t d = 0; d < D; d++) {
                         dqi[d] += g * kj[d];
                         dkj[d] += g * qi[d];
@@ -128,7 +129,7 @@ static void sdpa_bwd_rows(const float *q, const float *k, const float *v, const 
         }
         free(vt);
         if (ds != sbuf) free(ds);
-    }
+    });
 }
 
 /* ---- the GEMM path ------------------------------------------------------------------------ */
@@ -163,7 +164,7 @@ FL_CPU_AVX512 static void dsoftmax_rows_span512(const float *p, float *d, int64_
 /* Rows [i0, i1) of every head: forward softmax of att in place (p == NULL), or dS into d from P = p. */
 static void row_pass(const float *p, float *d, int64_t BH, int64_t T, int64_t i0, int64_t i1, float scale, int causal) {
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel for if (BH > 1 && BH * (i1 - i0) * T > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(BH > 1 && BH * (i1 - i0) * T > FL_NN_PAR_MIN, schedule(static),
     for (int64_t bh = 0; bh < BH; bh++) {
         float *dh = d + bh * T * T;
         if (p) {
@@ -174,7 +175,7 @@ static void row_pass(const float *p, float *d, int64_t BH, int64_t T, int64_t i0
             if (wide) softmax_rows_span512(dh, i0, i1, T, scale, causal);
             else softmax_rows_span(dh, i0, i1, T, scale, causal);
         }
-    }
+    });
 }
 
 /* The GEMMs of one call in fp32 or on bf16 copies: operand `f` (fp32) or its bf16 copy `h`, same layout. */
@@ -191,16 +192,16 @@ static uint16_t *bf16_copy(const float *x, int64_t n) {
     uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(uint16_t));
     if (!h) return NULL;
     const int64_t blk = 1 << 16, nblk = (n + blk - 1) / blk;
-    #pragma omp parallel for if (n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t b = 0; b < nblk; b++) fl_f32_to_bf16_n(x + b * blk, h + b * blk, (size_t)(n - b * blk < blk ? n - b * blk : blk));
+    FL_PAR_FOR(n > FL_NN_PAR_MIN, schedule(static),
+    for (int64_t b = 0; b < nblk; b++) fl_f32_to_bf16_n(x + b * blk, h + b * blk, (size_t)(n - b * blk < blk ? n - b * blk : blk)););
     return h;
 }
 
 /* Rows [i0, i1) of every head's [T, T] matrix src as bf16 into dst (same layout). */
 static void rows_to_bf16(const float *src, uint16_t *dst, int64_t BH, int64_t T, int64_t i0, int64_t i1) {
-    #pragma omp parallel for if (BH > 1 && BH * (i1 - i0) * T > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(BH > 1 && BH * (i1 - i0) * T > FL_NN_PAR_MIN, schedule(static),
     for (int64_t bh = 0; bh < BH; bh++)
-        fl_f32_to_bf16_n(src + bh * T * T + i0 * T, dst + bh * T * T + i0 * T, (size_t)((i1 - i0) * T));
+        fl_f32_to_bf16_n(src + bh * T * T + i0 * T, dst + bh * T * T + i0 * T, (size_t)((i1 - i0) * T)););
 }
 
 /* n floats rounded to bf16 and kept in fp32 (r may be x), through a bf16 buffer on the stack: what the bf16
@@ -220,8 +221,8 @@ static float *rounded_f32(const float *x, int64_t n) {
     float *r = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!r) return NULL;
     const int64_t blk = 1 << 16, nblk = (n + blk - 1) / blk;
-    #pragma omp parallel for if (n > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t b = 0; b < nblk; b++) round_span(x + b * blk, r + b * blk, n - b * blk < blk ? n - b * blk : blk);
+    FL_PAR_FOR(n > FL_NN_PAR_MIN, schedule(static),
+    for (int64_t b = 0; b < nblk; b++) round_span(x + b * blk, r + b * blk, n - b * blk < blk ? n - b * blk : blk););
     return r;
 }
 

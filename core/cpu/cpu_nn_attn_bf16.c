@@ -15,6 +15,7 @@
 #include "cpu_internal.h"
 #include "bf16_x86.h"
 #include "cpu_amx.h"
+#include "par.h"
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,11 +532,11 @@ static fl_status fwd_heads(const float *q, const float *k, const float *v, fl_at
     const int64_t BH = B * H, sa = T * T, nw = fwd_words(&s);
     const bool amx = use_amx();
     bool oom = false;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    FL_PARALLEL(BH > 1 && BH * T * T * D > FL_NN_PAR_MIN, reduction(||:oom),
     {
         uint32_t *w = scratch(nw, att ? 0 : (amx ? RT_AMX : MR) * T);
         oom = !w;
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t hi = head_at(in, bh, H);
             if (w)
@@ -543,7 +544,7 @@ static fl_status fwd_heads(const float *q, const float *k, const float *v, fl_at
                          att ? NULL : st + bh * 2 * T, (float *)(w + nw), &s, scale, causal, w, amx);
         }
         free(w);
-    }
+    });
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
 }
 
@@ -556,11 +557,11 @@ static fl_status bwd_heads(const float *q, const float *k, const float *v, fl_at
     const bool amx = use_amx();
     const int64_t rows = (amx ? RT_AMX : MR) * T;   /* dP's tile, and with att NULL P's */
     bool oom = false;
-    #pragma omp parallel if (BH > 1 && BH * T * T * D > FL_NN_PAR_MIN) reduction(||:oom)
+    FL_PARALLEL(BH > 1 && BH * T * T * D > FL_NN_PAR_MIN, reduction(||:oom),
     {
         uint32_t *w = scratch(nw, att ? rows : 2 * rows);
         oom = !w;
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t hi = head_at(in, bh, H), hd = head_at(din, bh, H);
             if (w)
@@ -569,7 +570,7 @@ static fl_status bwd_heads(const float *q, const float *k, const float *v, fl_at
                          (float *)(w + nw), (float *)(w + nw) + rows, amx);
         }
         free(w);
-    }
+    });
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for bf16 head buffers") : FL_OK;
 }
 

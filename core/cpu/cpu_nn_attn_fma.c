@@ -21,6 +21,7 @@
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
 #include "cpu_avx2.h"
+#include "par.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -516,16 +517,16 @@ static void bwd_one(const heads_job *J, int64_t bh, float *w) {
 static fl_status run_heads(const heads_job *J, int64_t BH, int64_t floats, head_fn *fn) {
     const size_t bytes = ((size_t)floats * sizeof(float) + 63) & ~(size_t)63;
     bool oom = false;
-    #pragma omp parallel if (BH > 1 && BH * J->s.T * J->s.T * J->s.D > FL_NN_PAR_MIN) reduction(||:oom)
+    FL_PARALLEL(BH > 1 && BH * J->s.T * J->s.T * J->s.D > FL_NN_PAR_MIN, reduction(||:oom),
     {
         float *w = aligned_alloc(64, bytes > 0 ? bytes : 64);
         oom = !w;
         if (w) memset(w, 0, bytes);
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < BH; bh++)
             if (w) fn(J, bh, w);
         free(w);
-    }
+    });
     return oom ? FL_ERR(FL_ENOMEM, "attention: out of memory for %s head buffers", J->keep ? "fp32" : "bf16") : FL_OK;
 }
 

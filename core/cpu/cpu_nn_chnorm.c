@@ -4,6 +4,7 @@
  * channel's sums are one thread's in a fixed order, so every result is independent of the thread count. */
 #include "cpu_nn_internal.h"
 #include "cpu_internal.h"
+#include "par.h"
 
 #include <stdlib.h>
 
@@ -67,10 +68,10 @@ static fl_status bn_cols_fwd(const float *x, const float *w, const float *b, flo
     for (int64_t c = 0; c < C; c++) stats_of(sq[c], N, eps, rstd, var, c);
     free(acc);
     free(sq);
-    #pragma omp parallel for if (N > 1 && N * C > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(N > 1 && N * C > FL_NN_PAR_MIN, schedule(static),
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++)
-            y[n * C + c] = (x[n * C + c] - mean[c]) * (w ? rstd[c] * w[c] : rstd[c]) + (b ? b[c] : 0.0f);
+            y[n * C + c] = (x[n * C + c] - mean[c]) * (w ? rstd[c] * w[c] : rstd[c]) + (b ? b[c] : 0.0f););
     return FL_OK;
 }
 
@@ -78,7 +79,7 @@ fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, floa
                             float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps) {
     if (G > 0) {   /* GroupNorm: row r = (n, g) is the contiguous run of its C/G channels */
         const int64_t Cg = C / G, M = Cg * P, rows = N * G;
-        #pragma omp parallel for if (rows > 1 && rows * M > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(rows > 1 && rows * M > FL_NN_PAR_MIN, schedule(static),
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * M;
             const double mu = run_sum(xr, M) / (double)M;
@@ -89,13 +90,13 @@ fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, floa
                 const int64_t c = (r % G) * Cg + k;
                 run_apply(xr + k * P, y + r * M + k * P, P, m, w ? rs * w[c] : rs, b ? b[c] : 0.0f);
             }
-        }
+        });
         return FL_OK;
     }
     /* BatchNorm: channel c is N runs of P, c's statistics over all of them */
     if (P == 1) return bn_cols_fwd(x, w, b, y, mean, rstd, var, N, C, eps);
     const int64_t M = N * P;
-    #pragma omp parallel for if (C > 1 && N * C * P > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(C > 1 && N * C * P > FL_NN_PAR_MIN, schedule(static),
     for (int64_t c = 0; c < C; c++) {
         double s = 0.0, q = 0.0;
         for (int64_t n = 0; n < N; n++) s += run_sum(x + (n * C + c) * P, P);
@@ -105,7 +106,7 @@ fl_status fl_cpu_chnorm_fwd(const float *x, const float *w, const float *b, floa
         stats_of(q, M, eps, rstd, var, c);
         const float m = mean[c], sc = w ? rstd[c] * w[c] : rstd[c], sh = b ? b[c] : 0.0f;
         for (int64_t n = 0; n < N; n++) run_apply(x + (n * C + c) * P, y + (n * C + c) * P, P, m, sc, sh);
-    }
+    });
     return FL_OK;
 }
 
@@ -118,7 +119,7 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
         const int64_t Cg = C / G, M = Cg * P, rows = N * G;
         double *part = calloc((size_t)(N * C > 0 ? N * C : 1) * 2, sizeof(double));
         if (!part) return FL_ERR(FL_ENOMEM, "group_norm backward: out of memory for %lld sums", (long long)(2 * N * C));
-        #pragma omp parallel for if (rows > 1 && rows * M > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(rows > 1 && rows * M > FL_NN_PAR_MIN, schedule(static),
         for (int64_t r = 0; r < rows; r++) {
             const int64_t n = r / G, g = r % G;
             const float m = mean[r], rs = rstd[r];
@@ -141,7 +142,7 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
                 const int64_t c = g * Cg + k, o = r * M + k * P;
                 run_dx(x + o, dy + o, dx + o, P, m, w ? rs * w[c] : rs, bx, c0);
             }
-        }
+        });
         for (int64_t c = 0; c < C; c++) {
             double tw = 0.0, tb = 0.0;
             for (int64_t n = 0; n < N; n++) { tw += part[2 * (n * C + c)]; tb += part[2 * (n * C + c) + 1]; }
@@ -174,13 +175,13 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
             }
         }
     } else {
-        #pragma omp parallel for if (rows > 1 && rows * P > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(rows > 1 && rows * P > FL_NN_PAR_MIN, schedule(static),
         for (int64_t r = 0; r < rows; r++) {
             double sdy = 0.0, sdyx = 0.0;
             run_dsums(x + r * P, dy + r * P, P, mean[r % C], &sdy, &sdyx);
             part[2 * r] = sdy;
             part[2 * r + 1] = sdyx;
-        }
+        });
     }
     for (int64_t c = 0; c < C; c++) {
         double sdy = 0.0, sdyx = 0.0;
@@ -199,19 +200,19 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
         cc[c] = (float)(-a * sdy / (double)M);
     }
     if (dx && P == 1) {
-        #pragma omp parallel for if (N > 1 && rows > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(N > 1 && rows > FL_NN_PAR_MIN, schedule(static),
         for (int64_t n = 0; n < N; n++) {
             const float *xr = x + n * C, *gr = dy + n * C;
             float *dr = dx + n * C;
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t c = 0; c < C; c++) dr[c] = ca[c] * gr[c] + cb[c] * (xr[c] - mean[c]) + cc[c];
-        }
+        });
     } else if (dx) {
-        #pragma omp parallel for if (rows > 1 && rows * P > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(rows > 1 && rows * P > FL_NN_PAR_MIN, schedule(static),
         for (int64_t r = 0; r < rows; r++) {
             const int64_t c = r % C;
             run_dx(x + r * P, dy + r * P, dx + r * P, P, mean[c], ca[c], cb[c], cc[c]);
-        }
+        });
     }
     free(part);
     free(co);
@@ -225,23 +226,23 @@ fl_status fl_cpu_chnorm_bwd(const float *x, const float *w, const float *mean, c
 void fl_cpu_chnorm_eval(const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,
                         int64_t N, int64_t C, int64_t P) {
     if (P == 1) {
-        #pragma omp parallel for if (N * C > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR(N * C > FL_NN_PAR_MIN, schedule(static),
         for (int64_t n = 0; n < N; n++) {
             const float *xr = x + n * C;
             float *yr = y + n * C;
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t c = 0; c < C; c++)
                 yr[c] = ((xr[c] - mean[c]) / den[c]) * (w ? w[c] : 1.0f) + (b ? b[c] : -0.0f);
-        }
+        });
         return;
     }
-    #pragma omp parallel for if (N * C * P > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(N * C * P > FL_NN_PAR_MIN, schedule(static),
     for (int64_t r = 0; r < N * C; r++) {
         const int64_t c = r % C;
         const float m = mean[c], d = den[c], wc = w ? w[c] : 1.0f, bc = b ? b[c] : -0.0f;
         const float *xr = x + r * P;
         float *yr = y + r * P;
-        #pragma omp simd
+        FL_PRAGMA(omp simd)
         for (int64_t p = 0; p < P; p++) yr[p] = ((xr[p] - m) / d) * wc + bc;
-    }
+    });
 }

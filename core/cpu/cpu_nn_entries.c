@@ -3,6 +3,7 @@
 #include "cpu_internal.h"
 #include "cpu_nn.h"
 #include "cpu_nn_internal.h"
+#include "par.h"
 #include <omp.h>
 #include <stdlib.h>
 
@@ -73,8 +74,8 @@ fl_status fl_cpu_dev_mse_fwd(const float *x, const float *y, int64_t n, double *
     return FL_OK;
 }
 fl_status fl_cpu_dev_mse_bwd(const float *x, const float *y, float *dx, int64_t n, float f) {
-    #pragma omp parallel for simd schedule(static) if (parallel: n > FL_NN_PAR_MIN)
-    for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]);
+    FL_PAR_FOR_SIMD(n > FL_NN_PAR_MIN,,
+    for (int64_t k = 0; k < n; k++) dx[k] = f * (x[k] - y[k]););
     return FL_OK;
 }
 fl_status fl_cpu_dev_add_layernorm_fwd(const float *x, const float *r, const float *w, const float *b, float *y,
@@ -243,12 +244,12 @@ fl_status fl_cpu_dev_sdpa_flash_bwd(const float *q, const float *k, const float 
     return fl_cpu_attn_bf16_stats_bwd_at(q, k, v, l, stats, dout, l, dq, dk, dv, l, B, H, T, D, scale, causal);
 }
 fl_status fl_cpu_dev_bias_add(float *y, const float *b, int64_t rows, int64_t cols) {
-    #pragma omp parallel for if (rows * cols > (1 << 16))
+    FL_PAR_FOR(rows * cols > (1 << 16),,
     for (int64_t r = 0; r < rows; r++) {
         float *row = y + r * cols;
-        #pragma omp simd
+        FL_PRAGMA(omp simd)
         for (int64_t c = 0; c < cols; c++) row[c] += b[c];
-    }
+    });
     return FL_OK;
 }
 fl_status fl_cpu_dev_chnorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,

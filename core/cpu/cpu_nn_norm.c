@@ -6,6 +6,7 @@
 #include <omp.h>
 #include "cpu_internal.h"
 #include "format.h"
+#include "par.h"
 #include "scale_rule.h"
 
 #include <stdlib.h>
@@ -144,9 +145,9 @@ static inline int64_t ln_task(const float *x, const float *w, const float *b, fl
 void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
                           int64_t rows, int64_t cols, float eps) {
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(rows > 1 && rows * cols > FL_NN_PAR_MIN, schedule(static),
     for (int64_t pi = 0; pi < (rows + 1) / 2; pi++)
-        ln_task(x, w, b, y + 2 * pi * cols, mean, rstd, rows, cols, eps, wide, pi);
+        ln_task(x, w, b, y + 2 * pi * cols, mean, rstd, rows, cols, eps, wide, pi););
 }
 
 /* fl_cpu_layernorm_fwd of x + r (their fp32 sums, the add's rounding) with the sum never in memory: each task's two
@@ -155,20 +156,20 @@ void fl_cpu_layernorm_fwd(const float *x, const float *w, const float *b, float 
 void fl_cpu_add_layernorm_fwd(const float *x, const float *r, const float *w, const float *b, float *y, float *mean,
                               float *rstd, int64_t rows, int64_t cols, float eps, float *scratch) {
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    FL_PARALLEL(rows > 1 && rows * cols > FL_NN_PAR_MIN,,
     {
         float *s = scratch + (size_t)omp_get_thread_num() * (size_t)(2 * cols);
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
             const int64_t r0 = 2 * pi, n = (rows - r0 < 2 ? rows - r0 : 2) * cols;
             const float *xa = x + r0 * cols, *ra = r + r0 * cols;
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < n; j++) s[j] = xa[j] + ra[j];
             /* ln_task on the pair as rows 0 and 1 of s, its statistics at r0 */
             if (n == 2 * cols) ln_rows2(s, s + cols, w, b, y + r0 * cols, y + (r0 + 1) * cols, mean + r0, rstd + r0, cols, eps, wide);
             else ln_row(s, w, b, y + r0 * cols, mean + r0, rstd + r0, cols, eps);
         }
-    }
+    });
 }
 
 /* ln_task's rows of y from the mean and rstd it stored (its ln_apply, the same bits): the second pass of
@@ -216,31 +217,31 @@ fl_status fl_cpu_layernorm_quantize(const float *x, const float *w, const float 
         sc = *scale;
     }
     *used = sc;
-    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    FL_PARALLEL(rows > 1 && rows * cols > FL_NN_PAR_MIN,,
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
         float *yr = malloc((size_t)(cols > 0 ? 2 * cols : 1) * sizeof(float));
         if (!yr) {
-            #pragma omp atomic
+            FL_PRAGMA(omp atomic)
             noom++;
         }
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t pi = 0; pi < (rows + 1) / 2; pi++) {
             if (!yr) continue;
             const int64_t nr = current ? ln_apply_task(x, w, b, yr, mean, rstd, rows, cols, wide, pi)
                                        : ln_task(x, w, b, yr, mean, rstd, rows, cols, eps, wide, pi);
             fl_cast_stats s;
             if (fl_quantize_f32(yr, q + 2 * pi * cols, (size_t)(nr * cols), fmt, sc, p, &s) != FL_OK) {
-                #pragma omp atomic
+                FL_PRAGMA(omp atomic)
                 nerr++;
                 continue;
             }
             fl_cast_stats_merge(&mine, &s);
         }
         free(yr);
-        #pragma omp critical
+        FL_PRAGMA(omp critical)
         fl_cast_stats_merge(&acc, &mine);
-    }
+    });
     if (noom) return FL_ERR(FL_ENOMEM, "layernorm_quantize: out of memory for two rows of %lld", (long long)cols);
     if (nerr) return FL_ERR(FL_EINTR, "interrupted");
     *st = acc;
@@ -304,7 +305,7 @@ static fl_status ln_bwd_rows(const float *x, const float *w, const float *mean, 
     double *ps = sums ? calloc((size_t)(chunks > 0 ? chunks : 1) * 2 * (size_t)(cols > 0 ? cols : 1), sizeof(double)) : NULL;
     if (sums && !ps)
         return FL_ERR(FL_ENOMEM, "layer_norm backward: out of memory for %lld column sums", (long long)(2 * chunks * cols));
-    #pragma omp parallel for if (par && chunks > 1) schedule(static)
+    FL_PAR_FOR(par && chunks > 1, schedule(static),
     for (int64_t ch = 0; ch < chunks; ch++) {
         double *pw = sums ? ps + ch * 2 * cols : NULL, *pb = sums ? pw + cols : NULL;
         const int64_t r1 = (ch + 1) * LN_SUM_ROWS < rows ? (ch + 1) * LN_SUM_ROWS : rows;
@@ -319,13 +320,13 @@ static fl_status ln_bwd_rows(const float *x, const float *w, const float *mean, 
             if (dx) {
                 float sg = 0.0f, sgx = 0.0f;
                 if (w) {
-                    #pragma omp simd reduction(+:sg, sgx)
+                    FL_PRAGMA(omp simd reduction(+:sg, sgx))
                     for (int64_t j = 0; j < cols; j++) {
                         float g = gr[j] * w[j];
                         sg += g; sgx += g * (xr[j] - m) * rs;
                     }
                 } else {
-                    #pragma omp simd reduction(+:sg, sgx)
+                    FL_PRAGMA(omp simd reduction(+:sg, sgx))
                     for (int64_t j = 0; j < cols; j++) { sg += gr[j]; sgx += gr[j] * (xr[j] - m) * rs; }
                 }
                 a = sg / (float)cols, c = sgx / (float)cols;
@@ -334,7 +335,7 @@ static fl_status ln_bwd_rows(const float *x, const float *w, const float *mean, 
             if (wide) ln_bwd_rest512(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, add);
             else ln_bwd_rest256(xr, gr, w, m, rs, a, c, dr, pw, pb, cols, add);
         }
-    }
+    });
     if (sums) {
         for (int64_t j = 0; j < cols; j++) {
             double tw = 0.0, tb = 0.0;
@@ -367,13 +368,13 @@ fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight,
             return FL_ERR(FL_EINVAL, "embedding: index %g at position %lld is out of range [0, %lld) (vocab size %lld)",
                           t, (long long)i, (long long)vocab, (long long)vocab);
     }
-    #pragma omp parallel for if (n > 1 && n * dim > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(n > 1 && n * dim > FL_NN_PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++) {
         const float *src = weight + (int64_t)idx[i] * dim;
         float *dst = y + i * dim;
-        #pragma omp simd
+        FL_PRAGMA(omp simd)
         for (int64_t j = 0; j < dim; j++) dst[j] = src[j];
-    }
+    });
     return FL_OK;
 }
 
@@ -381,16 +382,16 @@ fl_status fl_cpu_embedding_fwd(const float *idx, int64_t n, const float *weight,
  * positions in order: deterministic sums. Indices were validated by the forward. */
 void fl_cpu_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t dim, float *dweight) {
     const int64_t nblk = (dim + COL_BLOCK - 1) / COL_BLOCK;
-    #pragma omp parallel for if (nblk > 1 && n * dim > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(nblk > 1 && n * dim > FL_NN_PAR_MIN, schedule(static),
     for (int64_t bk = 0; bk < nblk; bk++) {
         const int64_t j0 = bk * COL_BLOCK, nj = dim - j0 < COL_BLOCK ? dim - j0 : COL_BLOCK;
         for (int64_t i = 0; i < n; i++) {
             float *dst = dweight + (int64_t)idx[i] * dim + j0;
             const float *src = dy + i * dim + j0;
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < nj; j++) dst[j] += src[j];
         }
-    }
+    });
 }
 
 /* RMSNorm's forward with nothing to record (device.h's rms_norm_fwd): per row, ms = mean(x·x) as reduce's mean of the
@@ -400,18 +401,18 @@ void fl_cpu_embedding_bwd(const float *idx, int64_t n, const float *dy, int64_t 
  * threads, each row's result its own. */
 void fl_cpu_rms_norm_fwd(const float *x, const float *w, float *y, int64_t rows, int64_t cols, double eps) {
     const float e = (float)eps;
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(rows > 1 && rows * cols > FL_NN_PAR_MIN, schedule(static),
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
         float *yr = y + r * cols;
         const float ms = (float)((0.0 + fl_cpu_sum_sq_f64(xr, cols)) / (double)cols);
         const float rs = 1.0f / sqrtf(ms + e);
         if (w) {
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] * rs) * w[j];
         } else {
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < cols; j++) yr[j] = xr[j] * rs;
         }
-    }
+    });
 }

@@ -13,6 +13,7 @@
 #ifdef __x86_64__
 #include "cpu_avx2.h"
 #endif
+#include "par.h"
 #include <stdlib.h>
 
 /* Rows per chunk between interrupt polls in the status-returning kernels. */
@@ -342,20 +343,20 @@ static inline __attribute__((always_inline)) void softmax_row(const float *xr, f
 
 void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) softmax_row(x + r * cols, y + r * cols, cols, wide, r + 1 < rows ? x + (r + 1) * cols : NULL);
+    FL_PAR_FOR(rows > 1 && rows * cols > FL_NN_PAR_MIN, schedule(static),
+    for (int64_t r = 0; r < rows; r++) softmax_row(x + r * cols, y + r * cols, cols, wide, r + 1 < rows ? x + (r + 1) * cols : NULL););
 }
 
 /* dx = y ⊙ (dy − Σ y·dy) */
 void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(rows > 1 && rows * cols > FL_NN_PAR_MIN, schedule(static),
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
         const float s = row_dot(yr, gr, cols);
-        #pragma omp simd
+        FL_PRAGMA(omp simd)
         for (int64_t j = 0; j < cols; j++) dr[j] = yr[j] * (gr[j] - s);
-    }
+    });
 }
 
 /* Results past this many bytes are stored without being read into the caches first (log-softmax's output pass) */
@@ -379,9 +380,9 @@ static bool log_softmax_streams(int64_t rows, int64_t cols) {
 
 void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols) {
     const bool wide = fl_cpu_avx512(), stream = log_softmax_streams(rows, cols);
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(rows > 1 && rows * cols > FL_NN_PAR_MIN, schedule(static),
     for (int64_t r = 0; r < rows; r++)
-        log_softmax_row(x + r * cols, y + r * cols, cols, wide, r + 1 < rows ? x + (r + 1) * cols : NULL, stream);
+        log_softmax_row(x + r * cols, y + r * cols, cols, wide, r + 1 < rows ? x + (r + 1) * cols : NULL, stream););
 }
 
 /* The bf16 input's rows widened (exactly) into a buffer of each thread's, then the fp32 rows' passes on it: the bits
@@ -391,14 +392,14 @@ void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols
 bool fl_cpu_softmax_fwd_bf16(bool log, const uint16_t *x, float *y, int64_t rows, int64_t cols) {
     const bool wide = fl_cpu_avx512(), stream = log_softmax_streams(rows, cols);
     bool ok = true;
-    #pragma omp parallel if (rows > 1 && rows * cols > FL_NN_PAR_MIN)
+    FL_PARALLEL(rows > 1 && rows * cols > FL_NN_PAR_MIN,,
     {
         float *buf = malloc((size_t)(cols > 0 ? cols : 1) * sizeof(float));
         if (!buf) {
-            #pragma omp atomic write
+            FL_PRAGMA(omp atomic write)
             ok = false;
         }
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t r = 0; r < rows; r++) {
             if (!buf) continue;
             fl_bf16_to_f32_n(x + r * cols, buf, (size_t)cols);
@@ -406,22 +407,22 @@ bool fl_cpu_softmax_fwd_bf16(bool log, const uint16_t *x, float *y, int64_t rows
             else softmax_row(buf, y + r * cols, cols, wide, NULL);
         }
         free(buf);
-    }
+    });
     return ok;
 }
 
 /* dx = dy − exp(y)·Σ dy */
 void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols) {
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel for if (rows > 1 && rows * cols > FL_NN_PAR_MIN) schedule(static)
+    FL_PAR_FOR(rows > 1 && rows * cols > FL_NN_PAR_MIN, schedule(static),
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
         const float s = row_dot(NULL, gr, cols);
         if (wide) { row_logbwd16(yr, gr, dr, cols, s); continue; }
-        #pragma omp simd
+        FL_PRAGMA(omp simd)
         for (int64_t j = 0; j < cols; j++) dr[j] = gr[j] - fl_nn_expf(yr[j]) * s;
-    }
+    });
 }
 
 /* ---- along a dim with a stride ---------------------------------------------------------------------------- */
@@ -792,11 +793,11 @@ static void dim_tiles(bool bwd, bool log_, const float *x, const float *g, float
     /* the result's rows whole 64-byte lines: streamed past the caches where it is larger than they are */
     const bool stream = pack && (double)outer * (double)size * (double)inner * 4.0 > STREAM_MIN_BYTES && inner % 16 == 0
                         && ((uintptr_t)y & 63) == 0;
-    #pragma omp parallel if (tiles > 1 && outer * size * inner > FL_NN_PAR_MIN)
+    FL_PARALLEL(tiles > 1 && outer * size * inner > FL_NN_PAR_MIN,,
     {
         float *buf = NULL;
         bool asked = false;
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t t = 0; t < tiles; t++) {
             const int64_t o = t / per, c0 = t % per * w, wc = inner - c0 < w ? inner - c0 : w;
             const int64_t at = o * size * inner + c0;
@@ -813,7 +814,7 @@ static void dim_tiles(bool bwd, bool log_, const float *x, const float *g, float
             }
         }
         free(buf);
-    }
+    });
 }
 
 void fl_cpu_softmax_dim_fwd(bool log_, const float *x, float *y, int64_t outer, int64_t size, int64_t inner) {
@@ -859,7 +860,7 @@ fl_status fl_cpu_cross_entropy_fwd(const float *logits, const float *target, int
     fl_status st = FL_OK;
     for (int64_t r0 = 0; r0 < rows; r0 += CE_CHUNK) {
         int64_t r1 = r0 + CE_CHUNK < rows ? r0 + CE_CHUNK : rows;
-        #pragma omp parallel for if ((r1 - r0) > 1 && (r1 - r0) * cols > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR((r1 - r0) > 1 && (r1 - r0) * cols > FL_NN_PAR_MIN, schedule(static),
         for (int64_t r = r0; r < r1; r++) {
             double t = target[r];
             if (t == (double)ignore_index) { buf[r] = 0.0; continue; }
@@ -871,7 +872,7 @@ fl_status fl_cpu_cross_entropy_fwd(const float *logits, const float *target, int
                 l -= eps / (double)cols * row_sum_d(xr, cols);
             }
             buf[r] = l;
-        }
+        });
         if ((st = fl_check_interrupt()) != FL_OK) goto done;
     }
     double total = 0.0;
@@ -894,22 +895,22 @@ fl_status fl_cpu_cross_entropy_bwd(const float *logits, const float *target, int
     const bool wide = fl_cpu_avx512();
     for (int64_t r0 = 0; r0 < rows; r0 += CE_CHUNK) {
         int64_t r1 = r0 + CE_CHUNK < rows ? r0 + CE_CHUNK : rows;
-        #pragma omp parallel for if ((r1 - r0) > 1 && (r1 - r0) * cols > FL_NN_PAR_MIN) schedule(static)
+        FL_PAR_FOR((r1 - r0) > 1 && (r1 - r0) * cols > FL_NN_PAR_MIN, schedule(static),
         for (int64_t r = r0; r < r1; r++) {
             float *dr = dlogits + r * cols;
             double t = target[r];
             if (t == (double)ignore_index) {
-                #pragma omp simd
+                FL_PRAGMA(omp simd)
                 for (int64_t j = 0; j < cols; j++) dr[j] = 0.0f;
                 continue;
             }
             const float *xr = logits + r * cols;
             float m = row_max_w(xr, cols, wide);
             float inv = 1.0f / row_exp_sum_w(xr, dr, cols, m, wide, r + 1 < r1 ? xr + cols : NULL);
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t j = 0; j < cols; j++) dr[j] = g * (dr[j] * inv - off);
             dr[(int64_t)t] -= g * on;
-        }
+        });
         FL_TRY(fl_check_interrupt());
     }
     return FL_OK;

@@ -4,6 +4,7 @@
  * call, the per-element work in fp32 as PyTorch's foreach/fused kernels do. */
 #include "cpu_internal.h"
 #include "optim.h"
+#include "par.h"
 #include "scale_rule.h"
 #include <math.h>
 #include <stdlib.h>
@@ -16,12 +17,12 @@ void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restri
                        double momentum_, double dampening, double weight_decay_, bool nesterov, bool first_step) {
     const float lr = (float)lr_, momentum = (float)momentum_, weight_decay = (float)weight_decay_;
     if (momentum_ == 0.0) {
-        #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) p[i] -= lr * (weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i]);
+        FL_PAR_FOR_SIMD(n >= FL_OPTIM_PAR_MIN,,
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * (weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i]););
         return;
     }
     const float keep = (float)(1.0 - dampening);
-    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+    FL_PAR_FOR_SIMD(n >= FL_OPTIM_PAR_MIN,,
     for (int64_t i = 0; i < n; i++) {
         /* no decay term without decay (torch's): 0·inf would make an infinite weight NaN */
         float d = weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i];
@@ -29,7 +30,7 @@ void fl_sgd_kernel_f32(float *restrict p, const float *restrict g, float *restri
         float b = first_step ? d : momentum * buf[i] + keep * d;
         buf[i] = b;
         p[i] -= lr * (nesterov ? d + momentum * b : b);
-    }
+    });
 }
 
 void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
@@ -44,7 +45,7 @@ void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *rest
     const float beta1 = (float)beta1_, beta2 = (float)beta2_, eps = (float)eps_;
     const float a1 = (float)(1.0 - beta1_), a2 = (float)(1.0 - beta2_);
     if (vmax) {   /* amsgrad: the running maximum of v in the denominator (NaN if either is, as torch.maximum) */
-        #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+        FL_PAR_FOR_SIMD(n >= FL_OPTIM_PAR_MIN,,
         for (int64_t i = 0; i < n; i++) {
             float gi = g[i];
             float mi = beta1 * m[i] + a1 * gi;
@@ -56,10 +57,10 @@ void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *rest
             vmax[i] = hi;
             float denom = __builtin_sqrtf(hi) * inv_bc2_sqrt + eps;
             p[i] = p[i] * decay - step_size * mi / denom;
-        }
+        });
         return;
     }
-    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+    FL_PAR_FOR_SIMD(n >= FL_OPTIM_PAR_MIN,,
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + a1 * gi;
@@ -69,7 +70,7 @@ void fl_adamw_kernel_f32(float *restrict p, const float *restrict g, float *rest
         /* vectorised with -fno-math-errno (Makefile): sqrtf has no errno branch then */
         float denom = __builtin_sqrtf(vi) * inv_bc2_sqrt + eps;
         p[i] = p[i] * decay - step_size * mi / denom;
-    }
+    });
 }
 
 fl_status fl_cpu_dev_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double dampening,
@@ -94,7 +95,7 @@ static inline __attribute__((always_inline)) void rmsprop_run(float *restrict p,
                                                               float oma, float eps, float wd, float mom,
                                                               const bool centered, const bool with_buf,
                                                               const bool maximize, const bool decay) {
-    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+    FL_PAR_FOR_SIMD(n >= FL_OPTIM_PAR_MIN,,
     for (int64_t i = 0; i < n; i++) {
         float gi = maximize ? -g[i] : g[i];
         if (decay) gi = gi + p[i] * wd;
@@ -115,7 +116,7 @@ static inline __attribute__((always_inline)) void rmsprop_run(float *restrict p,
         } else {
             p[i] = p[i] - gi / avg * lrf;
         }
-    }
+    });
 }
 
 fl_status fl_cpu_dev_rmsprop(float *p, const float *g, float *sq, float *gavg, float *buf, int64_t n, double lr,
@@ -139,14 +140,14 @@ fl_status fl_cpu_dev_rmsprop(float *p, const float *g, float *sq, float *gavg, f
 static inline __attribute__((always_inline)) void adagrad_run(float *restrict p, const float *restrict g,
                                                               float *restrict sum, int64_t n, float lrf, float eps,
                                                               float wd, const bool maximize, const bool decay) {
-    #pragma omp parallel for simd schedule(static) if (parallel: n >= FL_OPTIM_PAR_MIN)
+    FL_PAR_FOR_SIMD(n >= FL_OPTIM_PAR_MIN,,
     for (int64_t i = 0; i < n; i++) {
         float gi = maximize ? -g[i] : g[i];
         if (decay) gi = gi + p[i] * wd;
         const float s = sum[i] + gi * gi;
         sum[i] = s;
         p[i] = p[i] - gi / (__builtin_sqrtf(s) + eps) * lrf;
-    }
+    });
 }
 
 fl_status fl_cpu_dev_adagrad(float *p, const float *g, float *sum, int64_t n, double clr, double eps_,
@@ -215,10 +216,10 @@ fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m,
     /* Pass 1: the amaxes of the new moments (only the quantized ones need them; O1 keeps fp32). */
     float mmax = 0.0f, vmax = 0.0f;
     if (c.mdt != FL_F32 || c.vdt != FL_F32) {
-        #pragma omp parallel if (par) reduction(max : mmax, vmax)
+        FL_PARALLEL(par, reduction(max : mmax, vmax),
         {
             float gb[MSAMP_CHUNK], mb[MSAMP_CHUNK], vb[MSAMP_CHUNK];
-            #pragma omp for schedule(static)
+            FL_PRAGMA(omp for schedule(static))
             for (int64_t k = 0; k < nch; k++) {
                 int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
                 msamp_moments(&c, off, len, gb, mb, vb);
@@ -227,20 +228,20 @@ fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m,
                 mmax = ma > mmax ? ma : mmax;
                 vmax = va > vmax ? va : vmax;
             }
-        }
+        });
     }
     const float ms = fl_amax_to_scale_current(mmax, (float)fl_format(FL_E4M3)->max, 0, true);
     const float vs = fl_amax_to_scale_current(vmax, (float)fl_format(FL_F16)->max, 0, true);
     /* Pass 2: the same arithmetic again, now writing m, v and the parameter. */
-    #pragma omp parallel if (par)
+    FL_PARALLEL(par,,
     {
         float gb[MSAMP_CHUNK], mb[MSAMP_CHUNK], vb[MSAMP_CHUNK], pb[MSAMP_CHUNK];
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t k = 0; k < nch; k++) {
             int64_t off = k * MSAMP_CHUNK, len = n - off < MSAMP_CHUNK ? n - off : MSAMP_CHUNK;
             msamp_moments(&c, off, len, gb, mb, vb);
             widen(fl_tensor_data(p), p->dtype, off, len, 1.0f, pb);
-            #pragma omp simd
+            FL_PRAGMA(omp simd)
             for (int64_t i = 0; i < len; i++)
                 pb[i] = pb[i] * decay - step_size * mb[i] / (sqrtf(vb[i]) * inv_bc2_sqrt + eps);
             if (p->dtype == FL_F32) memcpy((float *)fl_tensor_data(p) + off, pb, (size_t)len * sizeof(float));
@@ -253,7 +254,7 @@ fl_status fl_cpu_dev_msamp_adamw(fl_tensor *p, const fl_tensor *g, fl_tensor *m,
                 fl_f32_to_f16_n(vb, (uint16_t *)c.v + off, (size_t)len);
             }
         }
-    }
+    });
     if (c.mdt != FL_F32) *msi = 1.0f / ms;
     if (c.vdt != FL_F32) *vsi = 1.0f / vs;
     if (p_fp8) {
@@ -287,14 +288,14 @@ static double sumsq_f32(const float *x, int64_t n) {
         double part[SUMSQ_GROUP];
         const int64_t left = n - g0, nb0 = (left + FL_OPTIM_PAR_MIN - 1) / FL_OPTIM_PAR_MIN;
         const int nb = nb0 < SUMSQ_GROUP ? (int)nb0 : SUMSQ_GROUP;
-        #pragma omp parallel for schedule(static) if (nb > 1)
+        FL_PAR_FOR(nb > 1, schedule(static),
         for (int b = 0; b < nb; b++) {
             const int64_t lo = g0 + (int64_t)b * FL_OPTIM_PAR_MIN, hi = lo + FL_OPTIM_PAR_MIN < n ? lo + FL_OPTIM_PAR_MIN : n;
             double bs = 0.0;
-            #pragma omp simd reduction(+ : bs)
+            FL_PRAGMA(omp simd reduction(+ : bs))
             for (int64_t i = lo; i < hi; i++) bs += (double)x[i] * (double)x[i];
             part[b] = bs;
-        }
+        });
         for (int b = 0; b < nb; b++) s += part[b];
     }
     return s;

@@ -6,6 +6,7 @@
 #ifdef __x86_64__
 #include "cpu_avx2.h"
 #endif
+#include "par.h"
 #include "scale_rule.h"
 #include <math.h>
 #include <omp.h>
@@ -61,7 +62,7 @@ static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float 
     const float *x = fl_tensor_data(src);
     uint8_t *d = fl_tensor_data(dst);
     fl_status err = FL_OK;
-    #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
+    FL_PARALLEL(rows * cols >= FL_CPU_PAR_MIN,,
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
         fl_status st = FL_OK;
@@ -72,7 +73,7 @@ static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float 
                 st = fl_quantize_f32_cols(x + r0 * cols, d + r0 * cols, (size_t)(r1 - r0), (size_t)cols, dst->dtype,
                                           scales, p, &mine);
         } else {
-            #pragma omp for schedule(static)
+            FL_PRAGMA(omp for schedule(static))
             for (int64_t r = 0; r < rows; r++) {
                 fl_cast_stats s;
                 fl_status rs = fl_quantize_f32(x + r * cols, d + r * cols, (size_t)cols, dst->dtype, scales[r], p, &s);
@@ -80,12 +81,12 @@ static fl_status quant_f32_2d(fl_tensor *dst, const fl_tensor *src, const float 
                 else if (st == FL_OK) st = rs;
             }
         }
-        #pragma omp critical
+        FL_PRAGMA(omp critical)
         {
             fl_cast_stats_merge(acc, &mine);
             if (err == FL_OK) err = st;
         }
-    }
+    });
     /* the only failure there is an interrupt, whose message a worker thread may have recorded for itself */
     if (err != FL_OK) return err == FL_EINTR ? FL_ERR(FL_EINTR, "interrupted") : err;
     return fl_check_interrupt();
@@ -209,12 +210,12 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
     fl_cast_stats acc = { 0, 0, 0, 0 };
     fl_status st = FL_OK;
     const int64_t chunks = (n + GQ_CHUNK - 1) / GQ_CHUNK;
-    #pragma omp parallel if (n >= FL_CPU_PAR_MIN)
+    FL_PARALLEL(n >= FL_CPU_PAR_MIN,,
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
         float *buf = malloc(GQ_CHUNK * sizeof(float));
         fl_status my = buf ? FL_OK : FL_ERR(FL_ENOMEM, "quantize_gelu: out of memory");
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t c = 0; c < chunks; c++) {
             if (my != FL_OK) continue;
             const int64_t i0 = c * GQ_CHUNK, len = n - i0 < GQ_CHUNK ? n - i0 : GQ_CHUNK;
@@ -225,12 +226,12 @@ fl_status fl_cpu_dev_quantize_gelu(fl_tensor *dst, const fl_tensor *src, const f
             if (my == FL_OK) fl_cast_stats_merge(&mine, &s);
         }
         free(buf);
-        #pragma omp critical
+        FL_PRAGMA(omp critical)
         {
             fl_cast_stats_merge(&acc, &mine);
             if (st == FL_OK) st = my;
         }
-    }
+    });
     if (st != FL_OK) return st;
     ((float *)fl_tensor_data(dst->scale_inv))[0] = 1.0f / scale[0];
     dst->qstats = acc;
@@ -281,15 +282,15 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0, noom = 0;
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel if (chunks > 1 && R * C >= FL_CPU_PAR_MIN)
+    FL_PARALLEL(chunks > 1 && R * C >= FL_CPU_PAR_MIN,,
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
         float *dy = xg ? malloc((size_t)(C > 0 ? C : 1) * sizeof(float)) : NULL;
         if (xg && !dy) {
-            #pragma omp atomic
+            FL_PRAGMA(omp atomic)
             noom++;
         }
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t ch = 0; ch < chunks; ch++) {
             if (xg && !dy) continue;
             double *ps = psum ? psum + ch * C : NULL;
@@ -306,7 +307,7 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
                 }
                 fl_cast_stats s;
                 if (fl_quantize_f32(row, d + r * C, (size_t)C, dst->dtype, scale[0], p, &s) != FL_OK) {
-                    #pragma omp atomic
+                    FL_PRAGMA(omp atomic)
                     nerr++;
                     break;
                 }
@@ -315,9 +316,9 @@ static fl_status quant_dbias_rows(fl_tensor *dst, const fl_tensor *src, const fl
             }
         }
         free(dy);
-        #pragma omp critical
+        FL_PRAGMA(omp critical)
         fl_cast_stats_merge(&acc, &mine);
-    }
+    });
     if (!nerr && !noom) {
         if (db) sums_combine(db, psum, chunks, C);
         dst->qstats = acc;
@@ -369,15 +370,15 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
     fl_cast_stats acc = { 0, 0, 0, 0 };
     int nerr = 0;
     const bool wide = fl_cpu_avx512();
-    #pragma omp parallel if (rows * cols >= FL_CPU_PAR_MIN)
+    FL_PARALLEL(rows * cols >= FL_CPU_PAR_MIN,,
     {
         fl_cast_stats mine = { 0, 0, 0, 0 };
         float *cm = col_amax && omp_get_num_threads() > 1 ? calloc((size_t)cols + 1, sizeof(float)) : col_amax;
         if (col_amax && !cm) {
-            #pragma omp atomic
+            FL_PRAGMA(omp atomic)
             nerr++;
         }
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t ch = 0; ch < chunks; ch++) {
             if (col_amax && !cm) continue;
             double *ps = psum ? psum + ch * cols : NULL;
@@ -395,14 +396,14 @@ static fl_status quant_current_rows(fl_tensor *dst, const fl_tensor *src, int64_
                 if (ps) fl_cpu_add_row_f64(ps, row, cols, wide);   /* the row is still in cache */
             }
         }
-        #pragma omp critical
+        FL_PRAGMA(omp critical)
         {
             fl_cast_stats_merge(&acc, &mine);
             if (cm && cm != col_amax)
                 for (int64_t c = 0; c < cols; c++) col_amax[c] = cm[c] > col_amax[c] ? cm[c] : col_amax[c];
         }
         if (cm != col_amax) free(cm);
-    }
+    });
     if (nerr) { free(psum); return FL_ERR(FL_ENOMEM, "quantize: out of memory for %lld column maxima", (long long)cols); }
     if (dbias) sums_combine(dbias, psum, chunks, cols);
     free(psum);
@@ -536,11 +537,11 @@ fl_status fl_cpu_dev_amax(const fl_tensor *src, int axis, float *out) {
             int64_t len = n - i < FL_CPU_POLL ? n - i : FL_CPU_POLL;
             int64_t nsub = (len + 65535) / 65536;
             float part[FL_CPU_POLL / 65536 + 1];
-            #pragma omp parallel for schedule(static) if (len >= FL_CPU_PAR_MIN * 4)
+            FL_PAR_FOR(len >= FL_CPU_PAR_MIN * 4, schedule(static),
             for (int64_t b = 0; b < nsub; b++) {
                 int64_t j = b * 65536;
                 part[b] = amax_run(src, i + j, len - j < 65536 ? len - j : 65536);
-            }
+            });
             for (int64_t b = 0; b < nsub; b++) if (part[b] > m) m = part[b];
         }
         out[0] = m;
@@ -550,8 +551,8 @@ fl_status fl_cpu_dev_amax(const fl_tensor *src, int axis, float *out) {
     fl_cpu_split_axis(src, axis, &outer, &size, &inner);
     if (src->dtype == FL_F32 && outer == 1) {   /* one amax per row: rows are independent */
         const float *x = fl_tensor_data(src);
-        #pragma omp parallel for schedule(static) if (size * inner >= FL_CPU_PAR_MIN)
-        for (int64_t r = 0; r < size; r++) out[r] = fl_amax_f32(x + r * inner, (size_t)inner);
+        FL_PAR_FOR(size * inner >= FL_CPU_PAR_MIN, schedule(static),
+        for (int64_t r = 0; r < size; r++) out[r] = fl_amax_f32(x + r * inner, (size_t)inner););
         return fl_check_interrupt();
     }
     for (int64_t s = 0; s < size; s++) out[s] = 0;
@@ -560,23 +561,23 @@ fl_status fl_cpu_dev_amax(const fl_tensor *src, int axis, float *out) {
          * are combined by max, which is order-independent: the same result on any number of threads. */
         const float *x = fl_tensor_data(src);
         int nerr = 0;
-        #pragma omp parallel if (outer * size >= FL_CPU_PAR_MIN)
+        FL_PARALLEL(outer * size >= FL_CPU_PAR_MIN,,
         {
             float *mine = omp_get_num_threads() > 1 ? calloc((size_t)size, sizeof(float)) : out;
             if (!mine) {
-                #pragma omp atomic
+                FL_PRAGMA(omp atomic)
                 nerr++;
             }
-            #pragma omp for schedule(static)
+            FL_PRAGMA(omp for schedule(static))
             for (int64_t o = 0; o < outer; o++) {
                 if (mine) col_max(mine, x + o * size, size);
             }
             if (mine && mine != out) {
-                #pragma omp critical
+                FL_PRAGMA(omp critical)
                 for (int64_t c = 0; c < size; c++) out[c] = mine[c] > out[c] ? mine[c] : out[c];
                 free(mine);
             }
-        }
+        });
         if (nerr) return FL_ERR(FL_ENOMEM, "amax: out of memory for %lld column maxima", (long long)size);
         return fl_check_interrupt();
     }

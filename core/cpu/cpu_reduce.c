@@ -3,6 +3,7 @@
  * max/min/amax propagate NaN, like torch. */
 #include "cpu_internal.h"
 #include "cpu_vmath.h"
+#include "par.h"
 #include <math.h>
 #include <immintrin.h>
 #include <stdlib.h>
@@ -156,21 +157,21 @@ fl_status fl_cpu_amax_made(int64_t ntasks, int64_t scratch, bool par, fl_cpu_ama
                            float *out) {
     float m = 0.0f;
     bool oom = false;
-    #pragma omp parallel if (par)
+    FL_PARALLEL(par,,
     {
         float mine = 0.0f, *buf = malloc((size_t)(scratch > 0 ? scratch : 1) * sizeof(float));
-        #pragma omp for schedule(static)
+        FL_PRAGMA(omp for schedule(static))
         for (int64_t t = 0; t < ntasks; t++) {
             if (!buf) continue;
             mine = amax(ctx, t, buf, mine);
         }
-        #pragma omp critical
+        FL_PRAGMA(omp critical)
         {
             m = mine > m ? mine : m;
             if (!buf) oom = true;
         }
         free(buf);
-    }
+    });
     if (oom) return FL_ERR(FL_ENOMEM, "amax: out of memory for a scratch of %lld floats", (long long)scratch);
     *out = m;
     return fl_check_interrupt();
@@ -235,13 +236,13 @@ static fl_status reduce_strided(fl_redop op, fl_tensor *dst, const fl_tensor *a,
         if ((st = fl_check_interrupt()) != FL_OK) goto done;
         const int64_t c1 = c0 + RGROUP < ntasks ? c0 + RGROUP : ntasks;
         /* task t: output tile (o, tile) = t / chunks, chunk t % chunks */
-        #pragma omp parallel for schedule(static) if ((c1 - c0) > 1 && (c1 - c0) * task_work >= FL_CPU_PAR_MIN)
+        FL_PAR_FOR((c1 - c0) > 1 && (c1 - c0) * task_work >= FL_CPU_PAR_MIN, schedule(static),
         for (int64_t t = c0; t < c1; t++) {
             const int64_t ot = t / chunks, ch = t % chunks, o = ot / tiles, j0 = (ot % tiles) * CW;
             const int64_t len = inner - j0 < CW ? inner - j0 : CW, s0 = ch * RB, s1 = s0 + RB < size ? s0 + RB : size;
             strided_task(op, a, o, size, inner, j0, len, s0, s1, psum ? psum + (t - c0) * CW : NULL,
                          pmm ? pmm + (t - c0) * CW : NULL);
-        }
+        });
         for (int64_t t = c0; t < c1; t++) {   /* in chunk order: the fixed summation order */
             const int64_t ot = t / chunks, o = ot / tiles, j0 = (ot % tiles) * CW, len = inner - j0 < CW ? inner - j0 : CW;
             if (sum_op) {
@@ -294,12 +295,12 @@ fl_status fl_cpu_dev_reduce(fl_redop op, fl_tensor *dst, const fl_tensor *a, int
             fl_status st = fl_check_interrupt();
             if (st != FL_OK) { free(part); return st; }
             int64_t c1 = c0 + per_poll < nb ? c0 + per_poll : nb;
-            #pragma omp parallel for schedule(static) if (c1 - c0 > 1)
+            FL_PAR_FOR(c1 - c0 > 1, schedule(static),
             for (int64_t b = c0; b < c1; b++) {
                 racc_init(&part[b]);
                 int64_t i0 = b * RBLOCK;
                 racc_run(&part[b], op, a, i0, 1, n - i0 < RBLOCK ? n - i0 : RBLOCK);
-            }
+            });
         }
         for (int64_t b = 0; b < nb; b++) racc_merge(&total, &part[b]);
         free(part);
@@ -315,14 +316,14 @@ fl_status fl_cpu_dev_reduce(fl_redop op, fl_tensor *dst, const fl_tensor *a, int
         for (int64_t c0 = 0; c0 < outer; c0 += per_poll) {
             FL_TRY(fl_check_interrupt());
             int64_t c1 = c0 + per_poll < outer ? c0 + per_poll : outer;
-            #pragma omp parallel for schedule(static) if ((c1 - c0) * size >= FL_CPU_PAR_MIN)
+            FL_PAR_FOR((c1 - c0) * size >= FL_CPU_PAR_MIN, schedule(static),
             for (int64_t o = c0; o < c1; o++) {
                 racc r;
                 racc_init(&r);
                 racc_run(&r, op, a, o * size, 1, size);
                 float v = racc_result(op, &r, size);
                 fl_cpu_store(dst, o, 1, 1, &v);
-            }
+            });
         }
         return FL_OK;
     }
@@ -355,11 +356,11 @@ fl_status fl_cpu_dev_sum_squares(fl_tensor *dst, const fl_tensor *a, int dim) {
             fl_status st = fl_check_interrupt();
             if (st != FL_OK) { free(part); return st; }
             int64_t c1 = c0 + per_poll < nb ? c0 + per_poll : nb;
-            #pragma omp parallel for schedule(static) if (c1 - c0 > 1)
+            FL_PAR_FOR(c1 - c0 > 1, schedule(static),
             for (int64_t b = c0; b < c1; b++) {
                 int64_t i0 = b * RBLOCK;
                 part[b] = sum_sq_f64(x + i0, n - i0 < RBLOCK ? n - i0 : RBLOCK);
-            }
+            });
         }
         double total = 0;
         for (int64_t b = 0; b < nb; b++) total += part[b];
@@ -371,8 +372,8 @@ fl_status fl_cpu_dev_sum_squares(fl_tensor *dst, const fl_tensor *a, int dim) {
     for (int64_t c0 = 0; c0 < outer; c0 += per_poll) {
         FL_TRY(fl_check_interrupt());
         int64_t c1 = c0 + per_poll < outer ? c0 + per_poll : outer;
-        #pragma omp parallel for schedule(static) if ((c1 - c0) * size >= FL_CPU_PAR_MIN)
-        for (int64_t o = c0; o < c1; o++) d[o] = (float)(0.0 + sum_sq_f64(x + o * size, size));
+        FL_PAR_FOR((c1 - c0) * size >= FL_CPU_PAR_MIN, schedule(static),
+        for (int64_t o = c0; o < c1; o++) d[o] = (float)(0.0 + sum_sq_f64(x + o * size, size)););
     }
     return FL_OK;
 }
@@ -395,7 +396,7 @@ static fl_status lse_strided(float *dp, float *sp, const float *mp, const float 
     for (int64_t c0 = 0; c0 < ntasks; c0 += RGROUP) {
         if ((st = fl_check_interrupt()) != FL_OK) goto done;
         const int64_t c1 = c0 + RGROUP < ntasks ? c0 + RGROUP : ntasks;
-        #pragma omp parallel for schedule(static) if ((c1 - c0) > 1 && (c1 - c0) * task_work >= FL_CPU_PAR_MIN)
+        FL_PAR_FOR((c1 - c0) > 1 && (c1 - c0) * task_work >= FL_CPU_PAR_MIN, schedule(static),
         for (int64_t t = c0; t < c1; t++) {
             const int64_t ot = t / chunks, ch = t % chunks, o = ot / tiles, j0 = (ot % tiles) * CW;
             const int64_t len = inner - j0 < CW ? inner - j0 : CW, s0 = ch * RB, s1 = s0 + RB < size ? s0 + RB : size;
@@ -405,12 +406,12 @@ static fl_status lse_strided(float *dp, float *sp, const float *mp, const float 
             for (int64_t j = 0; j < len; j++) ps[j] = 0;
             for (int64_t k = s0; k < s1; k++) {
                 const float *row = x + (o * size + k) * inner + j0;
-                #pragma omp simd
+                FL_PRAGMA(omp simd)
                 for (int64_t j = 0; j < len; j++) e[j] = row[j] - mo[j];
                 fl_cpu_map_exp(e, e, len);
                 fl_cpu_add_row_f64(ps, e, len, wide);
             }
-        }
+        });
         for (int64_t t = c0; t < c1; t++) {   /* in chunk order: the sum's fixed order */
             const int64_t ot = t / chunks, o = ot / tiles, j0 = (ot % tiles) * CW;
             const int64_t len = inner - j0 < CW ? inner - j0 : CW;
@@ -460,7 +461,7 @@ fl_status fl_cpu_dev_logsumexp(fl_tensor *dst, fl_tensor *m, fl_tensor *s, const
     for (int64_t c0 = 0; c0 < outer; c0 += per_poll) {
         FL_TRY(fl_check_interrupt());
         int64_t c1 = c0 + per_poll < outer ? c0 + per_poll : outer;
-        #pragma omp parallel for schedule(static) if ((c1 - c0) * size >= FL_CPU_PAR_MIN)
+        FL_PAR_FOR((c1 - c0) * size >= FL_CPU_PAR_MIN, schedule(static),
         for (int64_t o = c0; o < c1; o++) {
             const float *row = x + o * size;
             const float mo = mp[o];
@@ -468,7 +469,7 @@ fl_status fl_cpu_dev_logsumexp(fl_tensor *dst, fl_tensor *m, fl_tensor *s, const
             v4d p[4] = { { 0 } };
             for (int64_t j0 = 0; j0 < size; j0 += LSE_PIECE) {
                 const int64_t len = size - j0 < LSE_PIECE ? size - j0 : LSE_PIECE;
-                #pragma omp simd
+                FL_PRAGMA(omp simd)
                 for (int64_t j = 0; j < len; j++) e[j] = row[j0 + j] - mo;
                 fl_cpu_map_exp(e, e, len);
                 lanes_add(p, e, len, false);
@@ -476,7 +477,7 @@ fl_status fl_cpu_dev_logsumexp(fl_tensor *dst, fl_tensor *m, fl_tensor *s, const
             const float so = (float)(0.0 + lanes_total(p));
             sp[o] = so;
             dp[o] = fl_vm_log(so) + mo;
-        }
+        });
     }
     return FL_OK;
 }
