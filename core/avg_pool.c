@@ -21,7 +21,9 @@
  * and adds the runs in order */
 #define FL_AVG_SUM_RUN 256
 
-typedef struct { fl_window g; int64_t h, w, oh, ow, divisor; bool count_pad; } ap_ctx;
+/* cl: the input was channels_last (torch's suggest_memory_format), so are the result and the input's gradient (stop
+ * 103: torch's layouts; computed on NCHW planes and copied) */
+typedef struct { fl_window g; int64_t h, w, oh, ow, divisor; bool count_pad, cl; } ap_ctx;
 
 /* how many of the positions lo, lo+1, ..., lo+k-1 fall in [a, b) */
 static inline int64_t inside(int64_t lo, int64_t k, int64_t a, int64_t b) {
@@ -146,7 +148,7 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
     FL_TRY(fl_shape_numel("avg_pool", 4, shape, &numel));
     if (g->kh > FL_MAX_NUMEL / g->kw)
         return FL_ERR(FL_EINVAL, "avg_pool: a %lld×%lld kernel is too large", (long long)g->kh, (long long)g->kw);
-    ap_ctx cx = { *g, H, W, oh, ow, divisor, count_pad };
+    ap_ctx cx = { *g, H, W, oh, ow, divisor, count_pad, false };
     fl_tensor *hx = NULL, *y = NULL;
     fl_status st = fl_host_f32_read(&hx, x);
     if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
@@ -159,6 +161,8 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
     fl_tensor_release(hx);
     if (st == FL_OK) st = fl_host_result(out, y, x->dtype, x->device), y = NULL;
     fl_tensor_release(y);
+    cx.cl = fl_tensor_is_channels_last(x);
+    if (st == FL_OK && cx.cl) st = fl_tensor_channels_last_(out);
     if (st != FL_OK || !fl_any_requires_grad(1, &x)) return st;
     ap_ctx *c = malloc(sizeof *c);
     if (!c) { fl_tensor_release(*out); *out = NULL; return FL_ERR(FL_ENOMEM, "avg_pool: out of memory"); }
@@ -225,5 +229,6 @@ static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     fl_tensor_release(hg);
     if (st == FL_OK) st = fl_host_result(&gin[0], dx, FL_F32, x->device), dx = NULL;
     fl_tensor_release(dx);
+    if (st == FL_OK && c->cl) st = fl_tensor_channels_last_(&gin[0]);
     return st;
 }

@@ -19,7 +19,9 @@
 #include <string.h>
 
 /* a node's record: the planes' size, and each window's maximum's input position */
-typedef struct { int64_t h, w, L; int32_t *pos; } mp_ctx;
+/* (cl: the input was channels_last, torch's suggest_memory_format: so are the results and the input's gradient, stop
+ * 103, computed on NCHW planes and copied) */
+typedef struct { int64_t h, w, L; int32_t *pos; bool cl; } mp_ctx;
 
 static void mp_ctx_free(void *p) {
     mp_ctx *c = p;
@@ -53,6 +55,7 @@ static fl_status mp_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     fl_tensor_release(hg);
     if (st == FL_OK) st = fl_host_result(&gin[0], dx, FL_F32, x->device), dx = NULL;
     fl_tensor_release(dx);
+    if (st == FL_OK && c->cl) st = fl_tensor_channels_last_(&gin[0]);
     return st;
 }
 
@@ -154,13 +157,16 @@ fl_status fl_max_pool(fl_tensor **values, fl_tensor **indices, const fl_tensor *
     if (st == FL_OK) st = fl_host_result(indices, ix, FL_F32, x->device), ix = NULL;
     fl_tensor_release(v);
     fl_tensor_release(ix);
+    const bool cl = fl_tensor_is_channels_last(x);
+    if (st == FL_OK && cl) st = fl_tensor_channels_last_(values);
+    if (st == FL_OK && cl) st = fl_tensor_channels_last_(indices);
     if (st == FL_OK && rec) {
         mp_ctx *c = malloc(sizeof *c);
         fl_node *nd = NULL;
         if (!c) st = FL_ERR(FL_ENOMEM, "max_pool: out of memory");
         if (st == FL_OK) st = fl_autograd_record(values, &nd, "MaxPool2DWithIndicesBackward", mp_bwd, 1, &x);
         if (st == FL_OK) {
-            c->h = H, c->w = W, c->L = L, c->pos = pv, pv = NULL;
+            c->h = H, c->w = W, c->L = L, c->pos = pv, c->cl = cl, pv = NULL;
             nd->ctx = c, c = NULL;
             nd->ctx_free = mp_ctx_free;
             st = fl_node_input_stub(nd, 0);   /* its shape alone is read */

@@ -75,6 +75,12 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
     return st;
 }
 
+/* *t (a kernel's contiguous result or input gradient) replaced by its channels_last copy where cl: the norms' layout
+ * of a channels_last input, as torch's (stop 103: they allocate in the input's suggest_memory_format) */
+static fl_status to_cl(fl_tensor **t, bool cl) {
+    return cl && *t ? fl_tensor_channels_last_(t) : FL_OK;
+}
+
 /* ---- activations -------------------------------------------------------------------------- */
 
 /* dy·f'(x) for a gradient of one element expanded over x (a whole sum's or mean's, which the engine passes on as it
@@ -658,6 +664,7 @@ static fl_status chnorm_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     if (st == FL_OK)
         st = DEV(x)->chnorm_bwd(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), dx ? F(dx) : NULL, dw ? F(dw) : NULL,
                                 db ? F(db) : NULL, N, C, P, (int64_t)n->dargs[0]);
+    if (st == FL_OK) st = to_cl(&dx, n->iargs[0] != 0);   /* a channels_last input's gradient: channels_last */
     if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
     gin[0] = dx;
     gin[1] = dw;
@@ -701,11 +708,14 @@ fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var
     if (st == FL_OK)
         st = dev->chnorm_fwd(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd),
                              var ? F(var) : NULL, N, C, P, groups, (float)eps);
+    const bool cl = fl_tensor_is_channels_last(x);   /* torch's suggest_memory_format: the result's and dx's layout */
+    if (st == FL_OK) st = to_cl(out, cl);
     fl_node *nd = NULL;
     const fl_tensor *ins[3] = { x, w, b };
     if (st == FL_OK) st = maybe_record(out, &nd, groups > 0 ? "GroupNormBackward" : "BatchNormBackward", chnorm_bwd, 3, ins);
     if (st == FL_OK && nd) {
         nd->dargs[0] = (double)groups;
+        nd->iargs[0] = cl;
         fl_node_save(nd, 0, xc);
         fl_node_save(nd, 1, wc);
         fl_node_save(nd, 2, mean);
@@ -752,6 +762,7 @@ fl_status fl_batch_norm_eval(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (st == FL_OK)
         st = drop_on_error(dev->chnorm_eval(F(t[0]), F(t[1]), F(t[2]), t[3] ? F(t[3]) : NULL, t[4] ? F(t[4]) : NULL,
                                             F(*out), N, C, P), out);
+    if (st == FL_OK) st = drop_on_error(to_cl(out, fl_tensor_is_channels_last(x)), out);
     for (int i = 0; i < 5; i++) fl_tensor_release(t[i]);
     return st;
 }
@@ -833,8 +844,18 @@ static void dropout_ctx_free(void *p) {
 
 static fl_status dropout_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     dropout_ctx *c = n->ctx;
-    FL_TRY(new_like(&gin[0], g, false));
-    return DEV(g)->dropout_bwd(c->mask, F(g), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
+    if (!n->iargs[0]) {
+        FL_TRY(new_like(&gin[0], g, false));
+        return DEV(g)->dropout_bwd(c->mask, F(g), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
+    }
+    /* a channels_last input: the mask is in its memory order, and so are the gradient read and the one given */
+    fl_tensor *gc = NULL;
+    FL_TRY(fl_tensor_channels_last(&gc, g));
+    fl_status st = fl_tensor_empty_like(&gin[0], gc, FL_F32);
+    if (st == FL_OK)
+        st = DEV(g)->dropout_bwd(c->mask, F(gc), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
+    fl_tensor_release(gc);
+    return st;
 }
 
 fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool training, fl_rng *rng) {
@@ -844,14 +865,22 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
     if (!training || p == 0.0) { *out = fl_tensor_retain((fl_tensor *)x); return FL_OK; }
     const fl_device *dev;
     FL_TRY(NN_DEVICE(x, dropout_fwd, "dropout", &dev));
+    /* a channels_last input (torch's suggest_memory_format) is read and written in its memory order, the mask drawn in
+     * that order: the result and the input gradient keep its layout, as torch's (its mask is the input's empty_like) */
+    const bool cl = fl_tensor_is_channels_last(x);
     fl_tensor *xc;
-    FL_TRY(f32c(&xc, x, "dropout", "input"));
+    if (cl && x->dtype == FL_F32) xc = fl_tensor_retain((fl_tensor *)x);
+    else {
+        FL_TRY(f32c(&xc, x, "dropout", "input"));
+        fl_status s2 = to_cl(&xc, cl);
+        if (s2 != FL_OK) { fl_tensor_release(xc); return s2; }
+    }
     int64_t m = fl_tensor_numel(xc);
     dropout_ctx *c = calloc(1, sizeof *c);
     fl_status st = c ? dev->alloc((size_t)(m ? m : 1), (void **)&c->mask)
                      : FL_ERR(FL_ENOMEM, "dropout: out of memory for its backward state");
     if (c) c->device = xc->device;
-    if (st == FL_OK) st = new_like(out, xc, false);
+    if (st == FL_OK) st = cl ? fl_tensor_empty_like(out, xc, FL_F32) : new_like(out, xc, false);
     if (st == FL_OK) {
         fl_rng *r = rng ? rng : fl_default_rng();
         /* The kernel draws Philox block offset + i/4 for element i: claim those blocks. */
@@ -865,6 +894,7 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
             n->ctx = c;
             n->ctx_free = dropout_ctx_free;
             n->dargs[0] = p;
+            n->iargs[0] = cl;
             c = NULL;
             st = drop_on_error(fl_node_input_stub(n, 0), out);   /* the mask alone is read */
         }
