@@ -134,15 +134,21 @@ fl_status fl_tensor_channels_last(fl_tensor **out, const fl_tensor *t) {
     }
     /* a new [N, H, W, C] seen as [N, C, H, W], t copied in (a fresh tensor's strides, never those fl_tensor_contiguous
      * keeps for size-1 dims) */
-    const int64_t nhwc[4] = { sz[0], H, W, C };
+    fl_status st = fl_tensor_empty_cl(out, t->dtype, sz, t->device);
+    if (st == FL_OK) st = fl_tensor_copy_(*out, t);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+fl_status fl_tensor_empty_cl(fl_tensor **out, fl_dtype dt, const int64_t shape[4], int device) {
+    *out = NULL;
+    const int64_t nhwc[4] = { shape[0], shape[2], shape[3], shape[1] };
     fl_tensor *m = NULL, *a = NULL;
-    fl_status st = fl_tensor_empty(&m, t->dtype, 4, nhwc, t->device);
+    fl_status st = fl_tensor_empty(&m, dt, 4, nhwc, device);
     if (st == FL_OK) st = fl_tensor_transpose(&a, m, 1, 2);      /* [N, W, H, C] */
     if (st == FL_OK) st = fl_tensor_transpose(out, a, 1, 3);     /* [N, C, H, W] */
-    if (st == FL_OK) st = fl_tensor_copy_(*out, t);
     fl_tensor_release(a);
     fl_tensor_release(m);
-    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
     return st;
 }
 
