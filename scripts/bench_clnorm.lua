@@ -1,5 +1,5 @@
 -- bench_clnorm.lua REPS DTYPE LAYOUT (cl or nchw): docs/performance.md "channels_last through norms and pooling (stop
--- 103)": batch_norm (training), group_norm, max_pool2d, avg_pool2d and dropout, forward and backward, on
+-- 104)": batch_norm (training), group_norm, max_pool2d, avg_pool2d and dropout, forward and backward, on
 -- [16, 64, 32, 32], and a small CNN's training step with them (conv3x3 + batch_norm + relu + max_pool2d, twice, then
 -- adaptive_avg_pool2d to 1×1 and a linear head), each the fastest of REPS calls after one warm-up (process CPU time,
 -- ms; run it with OMP_NUM_THREADS=1)

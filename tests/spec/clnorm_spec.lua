@@ -4,9 +4,12 @@
 -- suggest_memory_format; dropout's mask is the input's empty_like); instance_norm and layer_norm give a contiguous
 -- result and gradient in both. torch's strides and values: tests/data/clnorm_torch.lua (scripts/gen_clnorm.py), the
 -- shapes [2, 3, 4, 5] and torch's ambiguous ones (C = 1, H = W = 1, N = 1), fp32 and bf16. The values are also the
--- contiguous input's bits (the same arithmetic in the same order); dropout's mask is drawn in memory order, so only
--- its rule (0 or x / (1 - p), the gradient through the same mask) is checked. docs/performance.md and
--- docs/lua-api.md, "channels_last through norms and pooling (stop 103)".
+-- contiguous input's bits: the poolings and the eval pass do the same arithmetic in the same order in NHWC memory;
+-- the training norms' statistics are summed in another order (per channel along the rows, in double: stop 104) and
+-- round the same on these cases, so a failure of that check alone, on a new case, is one statistic's last bit (see
+-- docs/robustness.md); dropout's mask is drawn in memory order, so only its rule (0 or x / (1 - p), the gradient
+-- through the same mask) is checked. docs/performance.md and
+-- docs/lua-api.md, "channels_last through norms and pooling (stop 104)".
 local nn = fp8.nn
 local F = nn.F
 local U = dofile("tests/spec/helpers/util.lua")
