@@ -521,10 +521,15 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) { return accumu
  * through its strides, and gives its inputs' gradients in the layout torch's does (stop 102): the activations' (their
  * saved tensor's layout where the gradient has it), the elementwise ops' (core/ops.c's layout rules), a conversion's
  * (it passes the gradient on) and conv2d's (its direct route reads the output gradient NHWC; the input's gradient
- * channels-last where the conv is, as torch's). Every other node takes grad_out contiguous (autograd.h). */
+ * channels-last where the conv is, as torch's); since stop 104 the norms', poolings' and dropout's that keep a
+ * channels_last input's layout (core/nn.c, max_pool.c, avg_pool.c: they read the gradient NHWC for such an input,
+ * contiguous otherwise, copying only one in another layout). Every other node takes grad_out contiguous
+ * (autograd.h). */
 static bool node_takes_dense(const fl_node *nd) {
     static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward", "AddBackward", "SubBackward",
-                                         "MulBackward", "DivBackward", "ToBackward", "ConvolutionBackward" };
+                                         "MulBackward", "DivBackward", "ToBackward", "ConvolutionBackward",
+                                         "BatchNormBackward", "GroupNormBackward", "MaxPool2DWithIndicesBackward",
+                                         "AvgPool2DBackward", "DropoutBackward" };
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (nd->name && strcmp(nd->name, names[i]) == 0) return true;
     return false;

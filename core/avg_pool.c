@@ -6,7 +6,9 @@
  * reduction's order over a middle dim, cpu_reduce.c's reduce_strided; the padding's zeros add nothing), rounded to
  * fp32 and then to x's dtype, divided in fp32 and rounded again. Backward: each window's gradient divided by its
  * divisor in fp32, added into the window's input positions in the order of the kernel offsets, then the windows
- * (col2im's order). Computed on the host for every device (host_ops.h), OpenMP over the planes. */
+ * (col2im's order). Computed on the host for every device (host_ops.h), OpenMP over the planes; a channels_last
+ * input in its NHWC memory (stop 104: no layout copy), each channel summed and scattered in the same order: the same
+ * bits. */
 #include "nn.h"
 #include "ops.h"
 #include "autograd.h"
@@ -22,7 +24,9 @@
  * and adds the runs in order */
 #define FL_AVG_SUM_RUN 256
 
-typedef struct { fl_window g; int64_t h, w, oh, ow, divisor; bool count_pad; } ap_ctx;
+/* cl: the input was channels_last (torch's suggest_memory_format), so are the result and the input's gradient (torch's
+ * layouts), computed in NHWC memory (stop 104: ap_forward_cl, ap_bwd_cl) */
+typedef struct { fl_window g; int64_t h, w, oh, ow, divisor; bool count_pad, cl; } ap_ctx;
 
 /* how many of the positions lo, lo+1, ..., lo+k-1 fall in [a, b) */
 static inline int64_t inside(int64_t lo, int64_t k, int64_t a, int64_t b) {
@@ -107,6 +111,65 @@ static int ap_forward(const float *x, float *y, int64_t nc, const ap_ctx *c, fl_
     return stop;
 }
 
+/* ap_forward over NHWC memory (x [N, h, w, C], y [N, oh, ow, C]): each output pixel's window of C-vectors, every
+ * channel's sum in ap_forward's order (the same offsets, the same runs), so the same bits; 1 if interrupted */
+static int ap_forward_cl(const float *x, float *y, int64_t N, int64_t C, const ap_ctx *c, fl_dtype dt, int *oom) {
+    const fl_window *g = &c->g;
+    const int64_t h = c->h, w = c->w, oh = c->oh, ow = c->ow, K = g->kh * g->kw;
+    const fl_format_traits *f = fl_format(dt);
+    const bool round16 = dt != FL_F32;
+    int stop = 0;
+    const int64_t j0 = g->pl - (ow - 1) * g->sw > 0 ? g->pl - (ow - 1) * g->sw : 0;
+    const int64_t j1 = w + g->pl < g->kw ? w + g->pl : g->kw;
+    FL_PAR_FOR(N * oh > 1 && (double)N * (double)oh * (double)ow * (double)K * (double)C > 32768, schedule(static),
+    for (int64_t r = 0; r < N * oh; r++) {
+        FL_WIN_POLL(stop)
+        const int64_t C1 = C > 0 ? C : 1;
+        double *acc = malloc((size_t)(2 * C1) * sizeof(double));
+        float *dv = malloc((size_t)ow * sizeof(float));
+        if (!acc || !dv) {
+            free(acc), free(dv);
+            FL_PRAGMA(omp atomic write)
+            *oom = 1;
+            continue;
+        }
+        double *part = acc + C1;
+        const int64_t n = r / oh, oy = r % oh;
+        const float *src = x + n * h * w * C;
+        divisors(dv, c, oy);
+        const int64_t base = oy * g->sh - g->pt;
+        const int64_t i0 = base < 0 ? -base : 0, i1 = h - base < g->kh ? h - base : g->kh;
+        for (int64_t ox = 0; ox < ow; ox++) {
+            for (int64_t k = 0; k < C; k++) acc[k] = 0, part[k] = 0;
+            int64_t run = 0;
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t iy = base + i;
+                for (int64_t j = j0; j < j1; j++) {
+                    const int64_t q = i * g->kw + j;
+                    if (q / FL_AVG_SUM_RUN != run) {   /* (only windows of more than 256 offsets) */
+                        for (int64_t k = 0; k < C; k++) acc[k] += part[k], part[k] = 0;
+                        run = q / FL_AVG_SUM_RUN;
+                    }
+                    const int64_t ix = ox * g->sw + j - g->pl;
+                    if (ix < 0 || ix >= w) continue;
+                    const float *in = src + (iy * w + ix) * C;
+                    FL_PRAGMA(omp simd)
+                    for (int64_t k = 0; k < C; k++) part[k] += (double)in[k];
+                }
+            }
+            float *out = y + (r * ow + ox) * C;
+            for (int64_t k = 0; k < C; k++) {
+                float sum = (float)(K > FL_AVG_SUM_RUN ? acc[k] + part[k] : part[k]);
+                if (round16) sum = f->to_float(f->from_float(sum, FL_IEEE));
+                out[k] = sum / dv[ox];
+            }
+        }
+        free(acc);
+        free(dv);
+    });
+    return stop;
+}
+
 static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin);
 
 fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, bool count_pad, int64_t divisor) {
@@ -147,18 +210,19 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
     FL_TRY(fl_shape_numel("avg_pool", 4, shape, &numel));
     if (g->kh > FL_MAX_NUMEL / g->kw)
         return FL_ERR(FL_EINVAL, "avg_pool: a %lld×%lld kernel is too large", (long long)g->kh, (long long)g->kw);
-    ap_ctx cx = { *g, H, W, oh, ow, divisor, count_pad };
+    ap_ctx cx = { *g, H, W, oh, ow, divisor, count_pad, fl_tensor_is_channels_last(x) };
     fl_tensor *hx = NULL, *y = NULL;
-    fl_status st = fl_host_f32_read(&hx, x);
-    if (st == FL_OK) st = fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
+    fl_status st = cx.cl ? fl_host_f32_cl_read(&hx, x) : fl_host_f32_read(&hx, x);
+    if (st == FL_OK) st = cx.cl ? fl_tensor_empty_cl(&y, FL_F32, shape, FL_DEV_CPU) : fl_tensor_empty(&y, FL_F32, 4, shape, FL_DEV_CPU);
     if (st == FL_OK && numel > 0) {
         int oom = 0;
-        const int stop = ap_forward(fl_tensor_data(hx), fl_tensor_data(y), N * C, &cx, x->dtype, &oom);
+        const int stop = cx.cl ? ap_forward_cl(fl_tensor_data(hx), fl_tensor_data(y), N, C, &cx, x->dtype, &oom)
+                               : ap_forward(fl_tensor_data(hx), fl_tensor_data(y), N * C, &cx, x->dtype, &oom);
         if (oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a row of %lld windows", (long long)ow);
         else st = fl_window_stopped(stop);
     }
     fl_tensor_release(hx);
-    if (st == FL_OK) st = fl_host_result(out, y, x->dtype, x->device), y = NULL;
+    if (st == FL_OK) st = (cx.cl ? fl_host_result_cl : fl_host_result)(out, y, x->dtype, x->device), y = NULL;
     fl_tensor_release(y);
     if (st != FL_OK || !fl_any_requires_grad(1, &x)) return st;
     ap_ctx *c = malloc(sizeof *c);
@@ -167,13 +231,80 @@ fl_status fl_avg_pool(fl_tensor **out, const fl_tensor *x, const fl_window *g, b
     return fl_autograd_record_ctx(out, "AvgPool2DBackward", ap_bwd, x, c, free);
 }
 
-/* dx: each window's gradient over its divisor, added into its positions in the order kernel offset, then window */
+/* ap_bwd over NHWC memory (gv [N, oh, ow, C], d [N, h, w, C] zeroed): every channel's additions in ap_bwd's order
+ * (kernel offset, then window), along the channels; q: per sample, its L·C gradients over their divisors. 1 if
+ * interrupted. */
+static int ap_bwd_cl(const float *gv, float *d, const float *dv, int64_t N, int64_t C, const ap_ctx *c, int *oom) {
+    const fl_window *g = &c->g;
+    const int64_t h = c->h, w = c->w, oh = c->oh, ow = c->ow, L = oh * ow;
+    const int64_t i0 = g->pt - (oh - 1) * g->sh > 0 ? g->pt - (oh - 1) * g->sh : 0;
+    const int64_t i1 = h + g->pt < g->kh ? h + g->pt : g->kh;
+    const int64_t j0 = g->pl - (ow - 1) * g->sw > 0 ? g->pl - (ow - 1) * g->sw : 0;
+    const int64_t j1 = w + g->pl < g->kw ? w + g->pl : g->kw;
+    int stop = 0;
+    FL_PAR_FOR(N > 1 && (double)N * (double)L * (double)C * (double)g->kh * (double)g->kw > 32768, schedule(static),
+    for (int64_t n = 0; n < N; n++) {
+        FL_WIN_POLL(stop)
+        float *q = malloc((size_t)(L * C > 0 ? L * C : 1) * sizeof *q);
+        if (!q) {
+            FL_PRAGMA(omp atomic write)
+            *oom = 1;
+            continue;
+        }
+        const float *gp = gv + n * L * C;
+        for (int64_t l = 0; l < L; l++)
+            for (int64_t k = 0; k < C; k++) q[l * C + k] = gp[l * C + k] / dv[l];
+        float *dst = d + n * h * w * C;
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = j0; j < j1; j++) {
+                const int64_t offw = j - g->pl;
+                int64_t lo, hi;
+                fl_window_inside(offw, g->sw, w, ow, &lo, &hi);
+                for (int64_t oy = 0; oy < oh; oy++) {
+                    const int64_t iy = oy * g->sh + i - g->pt;
+                    if (iy < 0 || iy >= h) continue;
+                    for (int64_t ox = lo; ox < hi; ox++) {
+                        float *o = dst + (iy * w + ox * g->sw + offw) * C;
+                        const float *qr = q + (oy * ow + ox) * C;
+                        FL_PRAGMA(omp simd)
+                        for (int64_t k = 0; k < C; k++) o[k] += qr[k];
+                    }
+                }
+            }
+        free(q);
+    });
+    return stop;
+}
+
+/* dx: each window's gradient over its divisor, added into its positions in the order kernel offset, then window
+ * (gy: any dense layout, autograd.c's node_takes_dense: read contiguous, or NHWC for a channels_last input) */
 static fl_status ap_bwd(fl_node *n, const fl_tensor *gy, fl_tensor **gin) {
     const ap_ctx *c = n->ctx;
     const fl_window *g = &c->g;
     const fl_tensor *x = n->inputs[0];
     const int64_t NC = x->shape[0] * x->shape[1], h = c->h, w = c->w, oh = c->oh, ow = c->ow, L = oh * ow;
     fl_tensor *hg = NULL, *dx = NULL;
+    if (c->cl) {
+        fl_status st = fl_host_f32_cl_read(&hg, gy);
+        if (st == FL_OK) st = fl_tensor_empty_cl(&dx, FL_F32, x->shape, FL_DEV_CPU);
+        if (st == FL_OK) memset(fl_tensor_data(dx), 0, (size_t)(NC * h * w) * sizeof(float));
+        if (st == FL_OK && NC * h * w > 0 && L > 0) {
+            float *dv = malloc((size_t)L * sizeof *dv);
+            int oom = 0;
+            if (!dv) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for %lld windows' divisors", (long long)L);
+            if (st == FL_OK) {
+                for (int64_t oy = 0; oy < oh; oy++) divisors(dv + oy * ow, c, oy);
+                const int stop = ap_bwd_cl(fl_tensor_data(hg), fl_tensor_data(dx), dv, x->shape[0], x->shape[1], c, &oom);
+                if (oom) st = FL_ERR(FL_ENOMEM, "avg_pool: out of memory for a sample's %lld gradients", (long long)(L * x->shape[1]));
+                else st = fl_window_stopped(stop);
+            }
+            free(dv);
+        }
+        fl_tensor_release(hg);
+        if (st == FL_OK) return fl_host_result_cl(&gin[0], dx, FL_F32, x->device);
+        fl_tensor_release(dx);
+        return st;
+    }
     fl_status st = fl_host_f32_read(&hg, gy);
     if (st == FL_OK) st = fl_tensor_zeros(&dx, FL_F32, 4, x->shape, FL_DEV_CPU);
     if (st == FL_OK && NC * h * w > 0 && L > 0) {

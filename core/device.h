@@ -222,6 +222,15 @@ typedef enum { FL_ACT_RELU = 0, FL_ACT_GELU = 1, FL_ACT_GELU_TANH = 2, FL_ACT_SI
      * w, b NULL: that step left out. No backward (core/nn.c records none). NULL entry: the Lua composite. */     \
     X(chnorm_eval, (const float *x, const float *mean, const float *den, const float *w, const float *b, float *y,  \
                     int64_t N, int64_t C, int64_t P))                                                              \
+    /* The three above over a channels_last x: its memory [N, P, C] (C contiguous values per position), y and dx  \
+     * in that same memory order; the other arguments and the results' meaning as theirs (stop 104: no copy to     \
+     * [N, C, P] and back). NULL entry: core/nn.c runs the NCHW entry on copies. */                               \
+    X(chnorm_fwd_cl, (const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,          \
+                      float *var, int64_t N, int64_t C, int64_t P, int64_t G, float eps))                          \
+    X(chnorm_bwd_cl, (const float *x, const float *w, const float *mean, const float *rstd, const float *dy,       \
+                      float *dx, float *dw, float *db, int64_t N, int64_t C, int64_t P, int64_t G))                \
+    X(chnorm_eval_cl, (const float *x, const float *mean, const float *den, const float *w, const float *b,        \
+                       float *y, int64_t N, int64_t C, int64_t P))                                                 \
     /* idx: n floats holding integers; FL_EINVAL for one outside [0, vocab). Backward adds dy rows                 \
      * into dweight (+=), in index order (deterministic). */                                                       \
     X(embedding_fwd, (const float *idx, int64_t n, const float *weight, int64_t vocab, int64_t dim, float *y))     \

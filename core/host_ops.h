@@ -34,6 +34,35 @@ static inline fl_status fl_host_result(fl_tensor **out, fl_tensor *t, fl_dtype d
     fl_tensor_release(c);
     return st;
 }
+/* t's values as fp32 on the host in NHWC memory seen as [N, C, H, W] (fl_tensor_channels_last's strides), read only:
+ * t itself (retained) where it already is that, else one copy (stop 104: the poolings of a channels_last input
+ * computed in its memory order) */
+static inline fl_status fl_host_f32_cl_read(fl_tensor **h, const fl_tensor *t) {
+    *h = NULL;
+    fl_tensor *d = NULL, *c = NULL;
+    fl_status st = fl_tensor_to_device(&d, t, FL_DEV_CPU);
+    if (st == FL_OK) st = fl_tensor_channels_last(&c, d);
+    if (st == FL_OK && c->dtype != FL_F32) st = fl_tensor_copy_like(h, c, FL_F32);   /* (NHWC kept: dense) */
+    else if (st == FL_OK) *h = fl_tensor_retain(c);
+    fl_tensor_release(d);
+    fl_tensor_release(c);
+    return st;
+}
+
+/* t (fp32 on the host, fl_host_f32_cl_read's layout) → *out in dtype dt on device dev, channels_last; the reference
+ * to t is taken over (released on every path). */
+static inline fl_status fl_host_result_cl(fl_tensor **out, fl_tensor *t, fl_dtype dt, int dev) {
+    *out = NULL;
+    fl_tensor *c = NULL, *m = NULL;
+    fl_status st = dt == FL_F32 ? (c = t, FL_OK) : fl_tensor_copy_like(&c, t, dt);
+    if (c != t) fl_tensor_release(t);
+    if (st != FL_OK) return st;
+    st = fl_tensor_to_device(&m, c, dev);
+    fl_tensor_release(c);
+    if (st == FL_OK) st = fl_tensor_channels_last(out, m);   /* (no copy where the move kept the strides) */
+    fl_tensor_release(m);
+    return st;
+}
 /* The error for index value p (fp32) that names no position of a dim of `size` (dim 0-based): a fraction and NaN
  * said as such ("index 3.5 is not a whole number"), else the range ("index 7 out of range 0..3"). fn names the op. */
 static inline fl_status fl_index_error(const char *fn, float p, int64_t size, int dim) {

@@ -75,6 +75,27 @@ static fl_status drop_on_error(fl_status st, fl_tensor **out) {
     return st;
 }
 
+/* *t (a kernel's contiguous result or input gradient) replaced by its channels_last copy where cl: the norms' layout
+ * of a channels_last input, as torch's (stop 103: they allocate in the input's suggest_memory_format), for a device
+ * without the NHWC kernels */
+static fl_status to_cl(fl_tensor **t, bool cl) {
+    return cl && *t ? fl_tensor_channels_last_(t) : FL_OK;
+}
+
+/* t's values as fp32 in NHWC memory seen as [N, C, H, W] (fl_tensor_channels_last's strides): t itself (retained)
+ * where it is that already, else one copy (stop 104: the NHWC kernels' operands) */
+static fl_status f32cl(fl_tensor **out, const fl_tensor *t, const char *op, const char *what) {
+    *out = NULL;
+    if (fl_format(t->dtype)->is_fp8)
+        return FL_ERR(FL_EINVAL, "%s: %s is an %s tensor; dequantize it first (e.g. x:dequantize())", op, what, fl_format(t->dtype)->name);
+    fl_tensor *c = NULL;
+    FL_TRY(fl_tensor_channels_last(&c, t));
+    if (c->dtype == FL_F32) { *out = c; return FL_OK; }
+    fl_status st = fl_tensor_copy_like(out, c, FL_F32);   /* (c dense: its NHWC strides kept) */
+    fl_tensor_release(c);
+    return st;
+}
+
 /* ---- activations -------------------------------------------------------------------------- */
 
 /* dy·f'(x) for a gradient of one element expanded over x (a whole sum's or mean's, which the engine passes on as it
@@ -646,18 +667,26 @@ static void ncp(const fl_tensor *x, int64_t *N, int64_t *C, int64_t *P) {
     for (int d = 2; d < x->ndim; d++) *P *= x->shape[d];
 }
 
+/* (g: any dense layout, autograd.c's node_takes_dense; read as the kernel's x is, NHWC or [N, C, P]) */
 static fl_status chnorm_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     const fl_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+    const bool nhwc = n->iargs[1] != 0;   /* x saved NHWC, the device's chnorm_bwd_cl */
     int64_t N, C, P;
     ncp(x, &N, &C, &P);
-    fl_tensor *dx = NULL, *dw = NULL, *db = NULL;
-    fl_status st = FL_OK;
-    if (fl_node_input_needs_grad(n, 0)) st = new_like(&dx, x, false);
+    fl_tensor *dx = NULL, *dw = NULL, *db = NULL, *gc = NULL;
+    const char *op = n->dargs[0] > 0 ? "group_norm backward" : "batch_norm backward";
+    fl_status st = nhwc ? f32cl(&gc, g, op, "gradient") : f32c(&gc, g, op, "gradient");
+    if (st == FL_OK && fl_node_input_needs_grad(n, 0))
+        st = nhwc ? fl_tensor_empty_like(&dx, x, FL_F32) : new_like(&dx, x, false);
     if (st == FL_OK && fl_node_input_needs_grad(n, 1)) st = new_vec(&dw, x, C, true);
     if (st == FL_OK && fl_node_input_needs_grad(n, 2)) st = new_vec(&db, x, C, true);
     if (st == FL_OK)
-        st = DEV(x)->chnorm_bwd(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(g), dx ? F(dx) : NULL, dw ? F(dw) : NULL,
-                                db ? F(db) : NULL, N, C, P, (int64_t)n->dargs[0]);
+        st = (nhwc ? DEV(x)->chnorm_bwd_cl : DEV(x)->chnorm_bwd)(F(x), w ? F(w) : NULL, F(mean), F(rstd), F(gc),
+                                                                 dx ? F(dx) : NULL, dw ? F(dw) : NULL,
+                                                                 db ? F(db) : NULL, N, C, P, (int64_t)n->dargs[0]);
+    fl_tensor_release(gc);
+    /* a channels_last input's gradient: channels_last (made so by the NHWC kernel, else copied) */
+    if (st == FL_OK && !nhwc) st = to_cl(&dx, n->iargs[0] != 0);
     if (st != FL_OK) { fl_tensor_release(dx); fl_tensor_release(dw); fl_tensor_release(db); return st; }
     gin[0] = dx;
     gin[1] = dw;
@@ -690,22 +719,29 @@ fl_status fl_channel_norm(fl_tensor **out, fl_tensor **mean_out, fl_tensor **var
     FL_TRY(NN_DEVICE(x, chnorm_fwd, op, &dev));
     if (!dev->chnorm_bwd) return FL_ERR(FL_EUNSUPPORTED, "%s's backward is not supported on %s", op, dev->name);
     const int64_t ns = groups > 0 ? N * groups : C;
+    /* a channels_last x (torch's suggest_memory_format: the result's and dx's layout) is computed in its NHWC memory
+     * where the device has the kernels (stop 104), else on a contiguous copy whose results are copied back */
+    const bool cl = fl_tensor_is_channels_last(x), nhwc = cl && dev->chnorm_fwd_cl && dev->chnorm_bwd_cl;
     fl_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL, *var = NULL;
-    fl_status st = f32c(&xc, x, op, "input");
+    fl_status st = nhwc ? f32cl(&xc, x, op, "input") : f32c(&xc, x, op, "input");
     if (st == FL_OK && w) st = f32c(&wc, w, op, "weight");
     if (st == FL_OK && b) st = f32c(&bc, b, op, "bias");
     if (st == FL_OK) st = new_vec(&mean, x, ns, false);
     if (st == FL_OK) st = new_vec(&rstd, x, ns, false);
     if (st == FL_OK && var_out) st = new_vec(&var, x, ns, false);
-    if (st == FL_OK) st = new_like(out, xc, false);
+    if (st == FL_OK) st = nhwc ? fl_tensor_empty_like(out, xc, FL_F32) : new_like(out, xc, false);
     if (st == FL_OK)
-        st = dev->chnorm_fwd(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out), F(mean), F(rstd),
-                             var ? F(var) : NULL, N, C, P, groups, (float)eps);
+        st = (nhwc ? dev->chnorm_fwd_cl : dev->chnorm_fwd)(F(xc), wc ? F(wc) : NULL, bc ? F(bc) : NULL, F(*out),
+                                                           F(mean), F(rstd), var ? F(var) : NULL, N, C, P, groups,
+                                                           (float)eps);
+    if (st == FL_OK && !nhwc) st = to_cl(out, cl);
     fl_node *nd = NULL;
     const fl_tensor *ins[3] = { x, w, b };
     if (st == FL_OK) st = maybe_record(out, &nd, groups > 0 ? "GroupNormBackward" : "BatchNormBackward", chnorm_bwd, 3, ins);
     if (st == FL_OK && nd) {
         nd->dargs[0] = (double)groups;
+        nd->iargs[0] = cl;
+        nd->iargs[1] = nhwc;
         fl_node_save(nd, 0, xc);
         fl_node_save(nd, 1, wc);
         fl_node_save(nd, 2, mean);
@@ -746,12 +782,16 @@ fl_status fl_batch_norm_eval(fl_tensor **out, const fl_tensor *x, const fl_tenso
     if (!dev->chnorm_eval) return FL_ERR(FL_EUNSUPPORTED, "batch_norm's eval kernel is not supported on %s", dev->name);
     fl_tensor *t[5] = { NULL, NULL, NULL, NULL, NULL };
     fl_status st = FL_OK;
+    const bool cl = fl_tensor_is_channels_last(x), nhwc = cl && dev->chnorm_eval_cl;   /* as fl_channel_norm's */
     for (int i = 0; i < 5 && st == FL_OK; i++)
-        if (all[i]) st = f32c(&t[i], all[i], "batch_norm", i ? names[i - 1] : "input");
-    if (st == FL_OK) st = new_like(out, t[0], false);
+        if (all[i]) st = (i == 0 && nhwc ? f32cl : f32c)(&t[i], all[i], "batch_norm", i ? names[i - 1] : "input");
+    if (st == FL_OK) st = nhwc ? fl_tensor_empty_like(out, t[0], FL_F32) : new_like(out, t[0], false);
     if (st == FL_OK)
-        st = drop_on_error(dev->chnorm_eval(F(t[0]), F(t[1]), F(t[2]), t[3] ? F(t[3]) : NULL, t[4] ? F(t[4]) : NULL,
-                                            F(*out), N, C, P), out);
+        st = drop_on_error((nhwc ? dev->chnorm_eval_cl : dev->chnorm_eval)(F(t[0]), F(t[1]), F(t[2]),
+                                                                           t[3] ? F(t[3]) : NULL,
+                                                                           t[4] ? F(t[4]) : NULL, F(*out), N, C, P),
+                           out);
+    if (st == FL_OK && !nhwc) st = drop_on_error(to_cl(out, cl), out);
     for (int i = 0; i < 5; i++) fl_tensor_release(t[i]);
     return st;
 }
@@ -831,10 +871,17 @@ static void dropout_ctx_free(void *p) {
     free(c);
 }
 
+/* (g: any dense layout, autograd.c's node_takes_dense; read in the mask's order: contiguous, or a channels_last
+ * input's NHWC, the gradient given in that layout) */
 static fl_status dropout_bwd(fl_node *n, const fl_tensor *g, fl_tensor **gin) {
     dropout_ctx *c = n->ctx;
-    FL_TRY(new_like(&gin[0], g, false));
-    return DEV(g)->dropout_bwd(c->mask, F(g), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
+    fl_tensor *gc = NULL;
+    FL_TRY(n->iargs[0] ? f32cl(&gc, g, "dropout backward", "gradient") : f32c(&gc, g, "dropout backward", "gradient"));
+    fl_status st = n->iargs[0] ? fl_tensor_empty_like(&gin[0], gc, FL_F32) : new_like(&gin[0], gc, false);
+    if (st == FL_OK)
+        st = DEV(g)->dropout_bwd(c->mask, F(gc), F(gin[0]), fl_tensor_numel(g), (float)n->dargs[0]);
+    fl_tensor_release(gc);
+    return st;
 }
 
 fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool training, fl_rng *rng) {
@@ -844,14 +891,17 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
     if (!training || p == 0.0) { *out = fl_tensor_retain((fl_tensor *)x); return FL_OK; }
     const fl_device *dev;
     FL_TRY(NN_DEVICE(x, dropout_fwd, "dropout", &dev));
+    /* a channels_last input (torch's suggest_memory_format) is read and written in its memory order, the mask drawn in
+     * that order: the result and the input gradient keep its layout, as torch's (its mask is the input's empty_like) */
+    const bool cl = fl_tensor_is_channels_last(x);
     fl_tensor *xc;
-    FL_TRY(f32c(&xc, x, "dropout", "input"));
+    FL_TRY(cl ? f32cl(&xc, x, "dropout", "input") : f32c(&xc, x, "dropout", "input"));
     int64_t m = fl_tensor_numel(xc);
     dropout_ctx *c = calloc(1, sizeof *c);
     fl_status st = c ? dev->alloc((size_t)(m ? m : 1), (void **)&c->mask)
                      : FL_ERR(FL_ENOMEM, "dropout: out of memory for its backward state");
     if (c) c->device = xc->device;
-    if (st == FL_OK) st = new_like(out, xc, false);
+    if (st == FL_OK) st = cl ? fl_tensor_empty_like(out, xc, FL_F32) : new_like(out, xc, false);
     if (st == FL_OK) {
         fl_rng *r = rng ? rng : fl_default_rng();
         /* The kernel draws Philox block offset + i/4 for element i: claim those blocks. */
@@ -865,6 +915,7 @@ fl_status fl_dropout(fl_tensor **out, const fl_tensor *x, double p, bool trainin
             n->ctx = c;
             n->ctx_free = dropout_ctx_free;
             n->dargs[0] = p;
+            n->iargs[0] = cl;
             c = NULL;
             st = drop_on_error(fl_node_input_stub(n, 0), out);   /* the mask alone is read */
         }

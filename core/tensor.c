@@ -123,6 +123,43 @@ bool fl_tensor_is_channels_last(const fl_tensor *t) {
     return true;
 }
 
+fl_status fl_tensor_channels_last(fl_tensor **out, const fl_tensor *t) {
+    *out = NULL;
+    if (t->ndim != 4) return FL_ERR(FL_EINVAL, "channels_last: expected a 4-D tensor, got %d dims", t->ndim);
+    const int64_t *sz = t->shape, *sd = t->stride;
+    const int64_t C = sz[1], W = sz[3], H = sz[2];
+    if (sd[1] == 1 && sd[3] == C && sd[2] == C * W && sd[0] == C * W * H) {
+        *out = fl_tensor_retain((fl_tensor *)t);
+        return FL_OK;
+    }
+    /* a new [N, H, W, C] seen as [N, C, H, W], t copied in (a fresh tensor's strides, never those fl_tensor_contiguous
+     * keeps for size-1 dims) */
+    fl_status st = fl_tensor_empty_cl(out, t->dtype, sz, t->device);
+    if (st == FL_OK) st = fl_tensor_copy_(*out, t);
+    if (st != FL_OK) { fl_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+fl_status fl_tensor_empty_cl(fl_tensor **out, fl_dtype dt, const int64_t shape[4], int device) {
+    *out = NULL;
+    const int64_t nhwc[4] = { shape[0], shape[2], shape[3], shape[1] };
+    fl_tensor *m = NULL, *a = NULL;
+    fl_status st = fl_tensor_empty(&m, dt, 4, nhwc, device);
+    if (st == FL_OK) st = fl_tensor_transpose(&a, m, 1, 2);      /* [N, W, H, C] */
+    if (st == FL_OK) st = fl_tensor_transpose(out, a, 1, 3);     /* [N, C, H, W] */
+    fl_tensor_release(a);
+    fl_tensor_release(m);
+    return st;
+}
+
+fl_status fl_tensor_channels_last_(fl_tensor **t) {
+    fl_tensor *c = NULL;
+    fl_status st = fl_tensor_channels_last(&c, *t);
+    fl_tensor_release(*t);
+    *t = c;
+    return st;
+}
+
 bool fl_tensor_is_dense(const fl_tensor *t) {
     if (fl_tensor_is_contiguous(t)) return true;
     /* c10's compute_non_overlapping_and_dense: the dims of size > 1 sorted by stride, innermost first, each stride

@@ -110,6 +110,15 @@ bool fl_tensor_is_dense(const fl_tensor *t);
 /* torch's guess of channels_last from a 4-D tensor's strides (c10's is_channels_last_strides_2d_s4, which
  * suggest_memory_format reads; an N111 shape whose strides fit both reads as NCHW, as torch's) */
 bool fl_tensor_is_channels_last(const fl_tensor *t);
+/* A 4-D t's values with NHWC memory seen as [N, C, H, W] (torch's contiguous(memory_format=channels_last): an N111
+ * shape gets strides {C, 1, C, C}): t itself (retained) where its strides are so already, else a copy (stop 103: the
+ * result and input gradient of the norms and poolings that keep a channels_last input's layout, as torch's) */
+fl_status fl_tensor_channels_last(fl_tensor **out, const fl_tensor *t);
+/* *t replaced by fl_tensor_channels_last's of it (the old reference released; *t NULL on failure) */
+fl_status fl_tensor_channels_last_(fl_tensor **t);
+/* A new uninitialised tensor of dtype dt, shape [N, C, H, W] = shape, on device, with NHWC memory (the strides
+ * fl_tensor_channels_last gives; stop 104: the NHWC kernels' results) */
+fl_status fl_tensor_empty_cl(fl_tensor **out, fl_dtype dt, const int64_t shape[4], int device);
 /* t dense (above): a 1-D view [numel] of its memory in memory order (TensorIterator's walk of such a tensor) */
 fl_status fl_tensor_flat(fl_tensor **out, const fl_tensor *t);
 /* A new tensor of dtype dt (not FP8) with t's shape, and t's strides where t is dense (torch's empty_like under

@@ -1326,9 +1326,23 @@ TEST(nn_column_reduce_nan) {
 /* x [N, C, P]: the statistics set of element (n, c): GroupNorm's (n, group) for G > 0, BatchNorm's channel for 0. */
 static int64_t chn_set(int64_t n, int64_t c, int64_t C, int64_t G) { return G > 0 ? n * G + c / (C / G) : c; }
 
-/* fl_cpu_chnorm_fwd/bwd against float64: mean, rstd, biased var and y from the sets' two-pass statistics; dx from
+/* a [N, C, P] array's values in the order [N, P, C] (to = 1) or back (to = 0), into a new array */
+static float *chn_perm(const float *a, int64_t N, int64_t C, int64_t P, int to) {
+    float *o = fzeros(N * C * P);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t p = 0; p < P; p++) {
+                const int64_t i = (n * C + c) * P + p, j = (n * P + p) * C + c;
+                if (to) o[j] = a[i]; else o[i] = a[j];
+            }
+    return o;
+}
+
+/* fl_cpu_chnorm_fwd/bwd (cl: the NHWC entries fl_cpu_dev_chnorm_fwd_cl/bwd_cl on x, dy in [N, P, C] order, their y
+ * and dx read back) against float64: mean, rstd, biased var and y from the sets' two-pass statistics; dx from
  * rstd·(g − mean(g) − x̂·mean(g·x̂)) (g = dy·w), dw = Σ dy·x̂, db = Σ dy per channel (accumulated onto 0.5). */
-static void check_chnorm(int *fl__failed, int64_t N, int64_t C, int64_t P, int64_t G, bool affine, float eps) {
+static void check_chnorm_in(int *fl__failed, int64_t N, int64_t C, int64_t P, int64_t G, bool affine, float eps,
+                            bool cl) {
     const int64_t n = N * C * P, S = G > 0 ? N * G : C;
     float *x = frand(n, -2.0, 3.0), *dy = frand(n, -1.0, 1.0), *w = affine ? frand(C, 0.5, 1.5) : NULL;
     float *b = affine ? frand(C, -1.0, 1.0) : NULL, *y = fzeros(n), *mean = fzeros(S), *rstd = fzeros(S);
@@ -1337,8 +1351,18 @@ static void check_chnorm(int *fl__failed, int64_t N, int64_t C, int64_t P, int64
     double *mu = calloc((size_t)S, sizeof(double)), *v = calloc((size_t)S, sizeof(double));
     double *cnt = calloc((size_t)S, sizeof(double)), *sg = calloc((size_t)S, sizeof(double));
     double *sgx = calloc((size_t)S, sizeof(double));
-    REQUIRE_OK(fl_cpu_chnorm_fwd(x, w, b, y, mean, rstd, var, N, C, P, G, eps));
-    REQUIRE_OK(fl_cpu_chnorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, P, G));
+    if (cl) {
+        float *xn = chn_perm(x, N, C, P, 1), *dyn = chn_perm(dy, N, C, P, 1), *yn = fzeros(n), *dxn = fzeros(n);
+        fl_status st = fl_cpu_dev_chnorm_fwd_cl(xn, w, b, yn, mean, rstd, var, N, C, P, G, eps);
+        CHECK_OK(st);
+        if (st == FL_OK) CHECK_OK(fl_cpu_dev_chnorm_bwd_cl(xn, w, mean, rstd, dyn, dxn, dw, db, N, C, P, G));
+        free(y), free(dx);
+        y = chn_perm(yn, N, C, P, 0), dx = chn_perm(dxn, N, C, P, 0);
+        free(xn), free(dyn), free(yn), free(dxn);
+    } else {
+        CHECK_OK(fl_cpu_chnorm_fwd(x, w, b, y, mean, rstd, var, N, C, P, G, eps));
+        CHECK_OK(fl_cpu_chnorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, P, G));
+    }
     for (int64_t i = 0; i < n; i++) { int64_t s = chn_set(i / (C * P), i / P % C, C, G); mu[s] += x[i]; cnt[s]++; }
     for (int64_t s = 0; s < S; s++) mu[s] /= cnt[s];
     for (int64_t i = 0; i < n; i++) {
@@ -1373,6 +1397,9 @@ static void check_chnorm(int *fl__failed, int64_t N, int64_t C, int64_t P, int64
     void *all[] = { x, dy, w, b, y, mean, rstd, var, dx, dw, db, mu, v, cnt, sg, sgx, dwr, dbr };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
+static void check_chnorm(int *fl__failed, int64_t N, int64_t C, int64_t P, int64_t G, bool affine, float eps) {
+    check_chnorm_in(fl__failed, N, C, P, G, affine, eps, false);
+}
 
 TEST(nn_chnorm_group_and_batch_against_float64) {
     /* GroupNorm: groups of one and of several channels, one position, one group; BatchNorm (G = 0): [N, C]
@@ -1382,6 +1409,55 @@ TEST(nn_chnorm_group_and_batch_against_float64) {
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
         for (int a = 0; a < 2; a++)
             check_chnorm(fl__failed, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], a, a ? 1e-5f : 0.1f);
+}
+
+/* The NHWC entries (stop 104, cpu_nn_chnorm_cl.c) against float64 as the NCHW ones: the same shapes, and BatchNorm
+ * over more rows than one block of partial sums (CL_ROWS = 256: 8·300 = 2400 rows) */
+TEST(nn_chnorm_cl_group_and_batch_against_float64) {
+    const int64_t shapes[][4] = { { 2, 4, 5, 2 }, { 3, 6, 7, 6 }, { 4, 8, 1, 2 }, { 1, 3, 9, 1 }, { 8, 64, 257, 8 },
+                                  { 5, 3, 1, 0 }, { 16, 7, 1, 0 }, { 3, 4, 11, 0 }, { 8, 32, 300, 0 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int a = 0; a < 2; a++)
+            check_chnorm_in(fl__failed, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], a, a ? 1e-5f : 0.1f,
+                            true);
+}
+
+/* The NHWC eval entry gives the NCHW one's bits (the same expression, element by element), weight and bias or not */
+TEST(nn_chnorm_eval_cl_same_bits) {
+    const int64_t N = 3, C = 5, P = 7, n = N * C * P;
+    float *x = frand(n, -2.0, 2.0), *m = frand(C, -0.5, 0.5), *d = frand(C, 0.5, 2.0), *w = frand(C, 0.5, 1.5);
+    float *b = frand(C, -1.0, 1.0), *y = fzeros(n), *yn = fzeros(n), *xn = chn_perm(x, N, C, P, 1);
+    for (int a = 0; a < 2; a++) {
+        fl_cpu_chnorm_eval(x, m, d, a ? w : NULL, a ? b : NULL, y, N, C, P);
+        CHECK_OK(fl_cpu_dev_chnorm_eval_cl(xn, m, d, a ? w : NULL, a ? b : NULL, yn, N, C, P));
+        float *yb = chn_perm(yn, N, C, P, 0);
+        CHECK(memcmp(y, yb, (size_t)n * 4) == 0, "affine %d", a);
+        free(yb);
+    }
+    void *all[] = { x, m, d, w, b, y, yn, xn };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+/* The NHWC entries' bits whatever the thread count (fixed blocks of rows, or one sample's rows, per partial sum) */
+TEST(nn_chnorm_cl_thread_count_independent) {
+    const int64_t N = 8, C = 16, P = 1000, n = N * C * P;
+    for (int G = 0; G <= 4; G += 4) {
+        float *x = frand(n, -1.0, 2.0), *dy = frand(n, -1.0, 1.0), *w = frand(C, 0.5, 1.5), *b = frand(C, -1, 1);
+        float *y[2], *dx[2], *dw[2], *db[2], *m[2], *r[2];
+        const int64_t S = G ? N * G : C;
+        for (int t = 0; t < 2; t++) {
+            y[t] = fzeros(n); dx[t] = fzeros(n); dw[t] = fzeros(C); db[t] = fzeros(C); m[t] = fzeros(S); r[t] = fzeros(S);
+            const int saved = omp_get_max_threads();
+            omp_set_num_threads(t ? 3 : 1);
+            CHECK_OK(fl_cpu_dev_chnorm_fwd_cl(x, w, b, y[t], m[t], r[t], NULL, N, C, P, G, 1e-5f));
+            CHECK_OK(fl_cpu_dev_chnorm_bwd_cl(x, w, m[t], r[t], dy, dx[t], dw[t], db[t], N, C, P, G));
+            omp_set_num_threads(saved);
+        }
+        CHECK(memcmp(y[0], y[1], (size_t)n * 4) == 0 && memcmp(dx[0], dx[1], (size_t)n * 4) == 0 &&
+              memcmp(dw[0], dw[1], (size_t)C * 4) == 0 && memcmp(db[0], db[1], (size_t)C * 4) == 0, "G=%d", G);
+        void *all[] = { x, dy, w, b, y[0], y[1], dx[0], dx[1], dw[0], dw[1], db[0], db[1], m[0], m[1], r[0], r[1] };
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
 }
 
 /* The same bits whatever the thread count (each set's sums one thread's, in a fixed order). */

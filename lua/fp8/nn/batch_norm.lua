@@ -221,7 +221,9 @@ local function impl_instance_norm(x, running_mean, running_var, weight, bias, us
   end
   local y, mean, var
   if fused(x, weight, bias) then   -- GroupNorm with a group per channel; mean and var [N·C]
-    y, mean, var = channel_norm(x, C, weight, bias, eps)
+    -- (on a contiguous x: torch's instance_norm of a channels_last input gives a contiguous result and gradient,
+    -- where its group_norm keeps channels_last, stop 103)
+    y, mean, var = channel_norm(x:contiguous(), C, weight, bias, eps)
   else
     local v = per_channel(x)
     mean = v:mean(3, true)                                        -- [N, C, 1]: each sample's channel
