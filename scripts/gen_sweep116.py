@@ -9,7 +9,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lua_literal import lua  # noqa: E402
+from lua_literal import lua, write_data  # noqa: E402
 
 CASES = [
     (5.0, 0, 0), (5.0, -1, 0), (5.0, 0, [0]), (5.0, 0, [0, 0]), (5.0, 0, []), (5.0, 0, 1), (5.0, 0, -1),
@@ -37,10 +37,7 @@ def main():
         out.append("  " + head + ", shape = %s, values = %s, grad = %s }," % (
             lua(list(r.shape)), lua(r.reshape(-1)), lua(xt.grad.reshape(-1))))
     out.append("}")
-    path = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "sweep116_torch.lua")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(out) + "\n")
-    os.replace(path + ".tmp", path)
+    write_data("sweep116_torch.lua", out)
 
 
 if __name__ == "__main__":

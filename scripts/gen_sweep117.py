@@ -13,7 +13,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lua_literal import lua  # noqa: E402
+from lua_literal import lua, write_data  # noqa: E402
 
 X0, X1, X2 = 5.0, [1.0, 2.0, 3.0], [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 E = ("empty", [0])          # an empty 1-d index
@@ -106,10 +106,7 @@ def main():
             tail += ", src_grad = %s" % flat(st.grad if st.grad is not None else torch.zeros_like(st))
         out.append("  " + head + tail + " },")
     out.append("}")
-    path = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "sweep117_torch.lua")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(out) + "\n")
-    os.replace(path + ".tmp", path)
+    write_data("sweep117_torch.lua", out)
 
 
 if __name__ == "__main__":
