@@ -283,14 +283,18 @@ static fl_status start_item(fl_ddp *d, item *it) {
             it->scale = isfinite(amax) ? fl_scale_for(amax, it->wire, 0, true, 1.0f) : 1.0f;
             fl_cast_stats cs;
             if (!isfinite(amax)) for (int64_t j = 0; j < it->numel; j++) v[j] = NAN;   /* every rank sees the overflow */
-            st = fl_quantize_f32(v, it->buf, (size_t)it->numel, it->wire, it->scale * inv_n, FL_SATURATE, &cs);
-            if (st == FL_OK) d->stats.fp8_underflow += cs.underflow;   /* nonzero values cast to zero */
+            /* a cast that fails (interrupted: its poll) is a packing that failed, zeros sent; until stop 104 it left
+             * the item unissued after its amax all-reduce, and fl_ddp_finish ran that all-reduce again */
+            pack = fl_quantize_f32(v, it->buf, (size_t)it->numel, it->wire, it->scale * inv_n, FL_SATURATE, &cs);
+            if (pack == FL_OK) d->stats.fp8_underflow += cs.underflow;   /* nonzero values cast to zero */
+            else { it->scale = 1.0f; memset(it->buf, 0, wbytes); }
             d->stats.fp8_n += it->numel;
         }
         free(v);
-        /* the amax all-reduce ran on every process: an item issued again (its MPI_Iallreduce failed) issues only its
-         * sum, from the bytes cast here. Until stop 103 it ran the amax all-reduce again, which met the other
-         * processes' sum (or flags) all-reduce: MPI_ERR_TRUNCATE there, or a step that one process took as averaged */
+        /* the amax all-reduce ran on every process (st: its status): an item issued again (its MPI_Iallreduce
+         * failed) issues only its sum, from the bytes cast here. Until stop 103 it ran the amax all-reduce again,
+         * which met the other processes' sum (or flags) all-reduce: MPI_ERR_TRUNCATE there, or a step that one
+         * process took as averaged */
         it->amax_done = st == FL_OK;
         if (st == FL_OK) st = fl_dist_iallreduce(it->buf, it->numel, it->wire, FL_RED_SUM, &it->req);
         d->stats.wire_bytes += it->numel + 4;

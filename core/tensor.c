@@ -487,6 +487,12 @@ fl_status fl_tensor_empty_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt)
 }
 
 fl_status fl_tensor_copy_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt) {
+    *out = NULL;
+    if (fl_format(t->dtype)->is_fp8 || fl_format(dt)->is_fp8)
+        return FL_ERR(FL_EINVAL, "copy_like: %s to %s: FP8 is not copied in memory order (its scales)",
+                      fl_format(t->dtype)->name, fl_format(dt)->name);
+    /* (a t that is not dense has no flat walk: a contiguous copy, as empty_like makes for it; stop 104) */
+    if (!fl_tensor_is_dense(t)) return fl_tensor_to(out, t, dt);
     fl_tensor *r = NULL, *fr = NULL, *ft = NULL;
     fl_status st = fl_tensor_empty_like(&r, t, dt);
     if (st == FL_OK) st = fl_tensor_flat(&fr, r);

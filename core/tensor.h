@@ -124,8 +124,9 @@ fl_status fl_tensor_flat(fl_tensor **out, const fl_tensor *t);
 /* A new tensor of dtype dt (not FP8) with t's shape, and t's strides where t is dense (torch's empty_like under
  * preserve_format there), else contiguous */
 fl_status fl_tensor_empty_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt);
-/* t's values in a new tensor of dtype dt (neither FP8) made by fl_tensor_empty_like, converted in memory order (one
- * flat walk where t is dense and not contiguous: torch's to/clone under preserve_format) */
+/* t's values in a new tensor of dtype dt made by fl_tensor_empty_like, converted in memory order (one flat walk where
+ * t is dense and not contiguous: torch's to/clone under preserve_format; a t that is not dense: a contiguous copy).
+ * FP8 on either side is refused (FL_EINVAL). */
 fl_status fl_tensor_copy_like(fl_tensor **out, const fl_tensor *t, fl_dtype dt);
 /* Address of element 0 (storage data + offset * element size). */
 void *fl_tensor_data(const fl_tensor *t);

@@ -104,6 +104,21 @@ static int bool3_table(lua_State *L, int idx) {
     return mask;
 }
 
+/* The metamethod that makes the table at idx a proxy (__index, else __pairs), NULL for a plain one: bool3_table reads
+ * its fields raw, and a proxy's (in its __index) were taken as absent, false (stop 104; fp8.opts.proxy_text's rule) */
+static const char *proxy_metamethod(lua_State *L, int idx) {
+    static const char *const MM[] = { "__index", "__pairs" };
+    if (!lua_getmetatable(L, idx)) return NULL;
+    const char *which = NULL;
+    for (int i = 0; i < 2 && !which; i++) {
+        lua_pushstring(L, MM[i]);
+        if (lua_rawget(L, -2) != LUA_TNIL) which = MM[i];
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return which;
+}
+
 int fl_lchecksetting(lua_State *L, int idx, int kk, const char *origin, int strings_as_text) {
     fl_setting_id k = (fl_setting_id)kk;
     const fl_setting *r = fl_setting_info(k);
@@ -131,9 +146,17 @@ int fl_lchecksetting(lua_State *L, int idx, int kk, const char *origin, int stri
     case FL_SETTING_BOOL:
         if (t != LUA_TBOOLEAN) return mismatch(L, idx, k, origin);
         return lua_toboolean(L, idx);
-    case FL_SETTING_BOOL3:
+    case FL_SETTING_BOOL3: {
+        const char *mm = t == LUA_TTABLE ? proxy_metamethod(L, idx) : NULL;
+        if (mm) {
+            snprintf(why, sizeof why, "expected a plain table of 3 booleans ({fprop, dgrad, wgrad} or by those names), "
+                     "got a table whose metatable has %s (a proxy's fields are not read through it: copy them into a "
+                     "plain table)", mm);
+            return refuse_setting(L, origin, why);
+        }
         if (t != LUA_TTABLE || (v = bool3_table(L, idx)) < 0) return mismatch(L, idx, k, origin);
         return v;
+    }
     case FL_SETTING_FUNC:
         if (!callable(L, idx)) return mismatch(L, idx, k, origin);
         return 0;

@@ -74,7 +74,7 @@ void fl_cpu_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
 void fl_cpu_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
 void fl_cpu_log_softmax_fwd(const float *x, float *y, int64_t rows, int64_t cols);
 /* fl_cpu_softmax_fwd (log: fl_cpu_log_softmax_fwd) of a bf16 x, each row widened into a buffer of the thread's (the
- * same bits as on the widened tensor); false where that buffer could not be had (the caller widens x itself). */
+ * same bits as on the widened tensor); false where that buffer could not be had (the device entry's FL_ENOMEM). */
 bool fl_cpu_softmax_fwd_bf16(bool log, const uint16_t *x, float *y, int64_t rows, int64_t cols);
 void fl_cpu_log_softmax_bwd(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
 /* F.rms_norm's forward over the last dim (device.h's rms_norm_fwd), w NULL: none */

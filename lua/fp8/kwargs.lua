@@ -481,6 +481,9 @@ table.sort(POWER_SGD_NAMES)
 
 local comm_state_kind = { expect = "a table of PowerSGD options", types = { table = true },
   check = function(v)
+    -- (its keys are read raw: a proxy's options were dropped, PowerSGD's defaults kept; stop 104)
+    local proxy = O.proxy_text(v)
+    if proxy then return false, proxy end
     local out = {}
     for k, x in next, v do
       local kind = POWER_SGD_OPTIONS[k]
@@ -560,6 +563,9 @@ define("ProfileKwargs", {
     kind = { expect = "a table {wait=, warmup=, active= [, repeat=, skip_first=, skip_first_wait=]}",
              types = { table = true },
              check = function(v)
+               -- (its keys are checked raw: a proxy's went unchecked, a misspelt one passed; stop 104)
+               local proxy = O.proxy_text(v)
+               if proxy then return false, proxy end
                for k in next, v do
                  local ok = false
                  for _, s in ipairs(SCHEDULE_KEYS) do ok = ok or k == s end
@@ -696,6 +702,9 @@ local function read_config(cfg, notices)
   local fc = cfg.fp8_config
   if fc ~= nil then
     if type(fc) ~= "table" then fail("%s: fp8_config: expected a table, got %s", where, got(fc)) end
+    -- (read raw as config= itself: a proxy's settings were dropped, the defaults taken; stop 104)
+    local fproxy = O.proxy_text(fc)
+    if fproxy then fail("%s: fp8_config: %s", where, fproxy) end
     local keys = {}
     for k in next, fc do keys[#keys + 1] = k end
     table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)

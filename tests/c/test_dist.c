@@ -98,3 +98,35 @@ TEST(dist_ddp_buckets_and_unused_parameters) {
     fl_tensor *ts[] = { p[0], p[1], p[2], ab, s, ab2, s2 };
     for (int i = 0; i < 7; i++) fl_tensor_release(ts[i]);
 }
+
+/* An FP8 gradient item (MS-AMP O1) whose cast is interrupted after its amax all-reduce ran: the cast's failure is a
+ * packing failure (zeros sent, the step failed everywhere by fl_ddp_finish's flag) and the item's sum is issued at
+ * once. Until stop 104 the item stayed unissued and fl_ddp_finish issued it again from the start, amax all-reduce
+ * included, which on the other processes met the item's sum (stop 103's amax_done kept only an Iallreduce failure
+ * from that). Over a world of one the collectives are identities; the wire bytes count the amax passes (4 + n). */
+TEST(dist_ddp_fp8_item_interrupted_in_its_cast_runs_its_amax_once) {
+    float v[4] = { 1, -2, 3, 0.5f };
+    fl_tensor *p = vec(v, 4);
+    p->grad_dtype = FL_E4M3;   /* an FP8-gradient parameter (core/ddp.c: one item of its own) */
+    const char *names[1] = { "w" };
+    fl_ddp *d = NULL;
+    fl_ddp_opts o = { .bucket_cap_bytes = 1 << 20, .wire = FL_F32, .find_unused = true };
+    REQUIRE_OK(fl_ddp_new(&d, &p, names, 1, &o));
+    CHECK(fl_ddp_bucket_of(d, 0) == -1, "an FP8 item");
+    REQUIRE_OK(fl_ddp_begin(d));
+    fl_interrupt_set();   /* the item's cast (fl_quantize_f32) is its first interrupt poll: grad none, zeros packed */
+    fl_status st = fl_ddp_end(d);
+    fl_interrupt_clear();
+    CHECK(st == FL_EINTR, "the cast's interruption is the step's error: %d %s", (int)st, fl_last_error());
+    const fl_ddp_stats *s = fl_ddp_get_stats(d);
+    CHECK(s->wire_bytes == 4 + 4, "one amax all-reduce and one sum of 4 bytes, got %lld wire bytes",
+          (long long)s->wire_bytes);
+    CHECK(s->steps == 0, "no step counted");
+    /* the next step runs as ever */
+    REQUIRE_OK(fl_ddp_begin(d));
+    REQUIRE_OK(fl_ddp_end(d));
+    CHECK(fl_ddp_get_stats(d)->wire_bytes == 4 + 4 && fl_ddp_get_stats(d)->steps == 1, "the next step: %lld bytes",
+          (long long)fl_ddp_get_stats(d)->wire_bytes);
+    fl_ddp_free(d);
+    fl_tensor_release(p);
+}

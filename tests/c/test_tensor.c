@@ -323,3 +323,48 @@ TEST(tensor_fp8_underflow_counts_products_lost_in_fp32) {
         fl_tensor_release(q); fl_tensor_release(t);
     }
 }
+
+/* fl_tensor_copy_like (stop 103's, from autograd's and to_preserving's copies): a dense t that is not contiguous
+ * keeps its strides, converted in memory order; any other t (a narrow: not dense) gives a contiguous copy, as its
+ * header says ("t's values in a new tensor"; until stop 104 it failed there: 'flat: ... not dense'); an FP8 t or dt
+ * is refused (its scale would not follow a flat walk). Values checked element by element against t's. */
+TEST(tensor_copy_like_any_layout_and_refuses_fp8) {
+    const int64_t sh[3] = { 3, 4, 5 };
+    fl_tensor *t = seq(3, sh), *tr = NULL, *nw = NULL, *c = NULL;
+    REQUIRE_OK(fl_tensor_transpose(&tr, t, 0, 2));   /* [5, 4, 3], dense, not contiguous */
+    REQUIRE_OK(fl_tensor_narrow(&nw, tr, 1, 1, 2));  /* [5, 2, 3], not dense */
+    const fl_tensor *ins[2] = { tr, nw };
+    for (int k = 0; k < 2; k++) {
+        for (int d = 0; d < 2; d++) {
+            const fl_dtype dt = d ? FL_BF16 : FL_F32;
+            fl_status st = fl_tensor_copy_like(&c, ins[k], dt);
+            CHECK(st == FL_OK && c, "%s -> %s: %s", k ? "narrow" : "transpose", d ? "bf16" : "fp32", fl_last_error());
+            if (st != FL_OK) continue;
+            CHECK(c->dtype == dt && fl_shape_equal(c->ndim, c->shape, ins[k]->ndim, ins[k]->shape), "dtype and shape");
+            if (k == 0) CHECK(memcmp(c->stride, tr->stride, sizeof(int64_t) * 3) == 0, "the dense t's strides kept");
+            else CHECK(fl_tensor_is_contiguous(c), "a contiguous copy of a t that is not dense");
+            int bad = 0;
+            for (int64_t i = 0; i < ins[k]->shape[0]; i++)
+                for (int64_t j = 0; j < ins[k]->shape[1]; j++)
+                    for (int64_t l = 0; l < ins[k]->shape[2]; l++) bad += at(c, i, j, l) != at(ins[k], i, j, l);
+            CHECK(bad == 0, "%d values differ", bad);   /* (0..59 are exact in bf16) */
+            fl_tensor_release(c);
+            c = NULL;
+        }
+    }
+    fl_status st = fl_tensor_copy_like(&c, tr, FL_E4M3);
+    CHECK(st == FL_EINVAL && c == NULL, "an FP8 dt refused: %d", (int)st);
+    fl_tensor_release(c);
+    c = NULL;
+    fl_tensor *q = NULL;
+    fl_quant_opts qo;
+    fl_quant_opts_default(&qo);
+    REQUIRE_OK(fl_quantize(&q, t, FL_E4M3, &qo));
+    st = fl_tensor_copy_like(&c, q, FL_F32);
+    CHECK(st == FL_EINVAL && c == NULL, "an FP8 t refused: %d", (int)st);
+    fl_tensor_release(c);
+    fl_tensor_release(q);
+    fl_tensor_release(nw);
+    fl_tensor_release(tr);
+    fl_tensor_release(t);
+}
