@@ -6,23 +6,6 @@
 
 local U = dofile("tests/spec/helpers/util.lua")
 
-local function err_of(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok)
-  return tostring(err)
-end
-
-local function flat(t)
-  if t:numel() == 0 then return {} end
-  return t:reshape { -1 }:tolist()
-end
-
--- a leaf's gradient (scatter's src under an empty index has one, zeros, as torch's: the result stays on src's graph)
-local function grad_of(t)
-  assert(t.grad, "no gradient reached the leaf")
-  return flat(t.grad)
-end
-
 local function tensor_of(values, shape)
   if #values == 0 then return fp8.zeros(shape) end
   return fp8.tensor(values):reshape(shape)
@@ -44,18 +27,19 @@ describe("index ops at 0-d and with an empty index, as torch 2.15's", function()
         return x[c.op](x, dim, index, src)
       end
       if c.raises then
-        local e = err_of(run)
+        local e = U.err_of(run)
         assert.truthy(e:find(c.op .. ": ", 1, true), e)
         return
       end
       local r = run()
       assert.are.same(c.shape, r:shape())
-      assert.are.same(c.values, flat(r))
+      assert.are.same(c.values, U.flat(r))
       if c.backward_raises then return end   -- torch's own backward raises there: the values only
       ;(r * 3):sum():backward()
-      assert.are.same(c.grad, grad_of(x))
+      assert.are.same(c.grad, U.grad_of(x))
       assert.are.same(x:shape(), (x.grad or x):shape())
-      if c.src_grad then assert.are.same(c.src_grad, grad_of(src)) end
+      -- (scatter's src under an empty index has a gradient, zeros, as torch's: the result stays on src's graph)
+      if c.src_grad then assert.are.same(c.src_grad, U.grad_of(src)) end
     end)
   end
 
@@ -74,22 +58,22 @@ describe("index ops at 0-d and with an empty index, as torch 2.15's", function()
 
   it("names the 0-d rules in its refusals", function()
     local x0, x1 = fp8.tensor(5), fp8.tensor { 1, 2, 3 }
-    assert.truthy(err_of(x0.gather, x0, 2, fp8.tensor(0))
+    assert.truthy(U.err_of(x0.gather, x0, 2, fp8.tensor(0))
       :find("gather: dim must be in 1..1 or -1..-1 (a 0-d tensor's one implicit dim), got 2", 1, true))
-    assert.truthy(err_of(x0.gather, x0, 1, fp8.zeros { 1, 1 })
+    assert.truthy(U.err_of(x0.gather, x0, 1, fp8.zeros { 1, 1 })
       :find("gather: the index must have the tensor's number of dims, 1 (a 0-d tensor or index counts as 1-d), "
         .. "got [1, 1]", 1, true))
-    assert.truthy(err_of(x0.gather, x0, 1, fp8.tensor(1)):find("gather: ", 1, true))
-    assert.truthy(err_of(x1.scatter, x1, 1, fp8.tensor(0), fp8.zeros { 1, 1 })
+    assert.truthy(U.err_of(x0.gather, x0, 1, fp8.tensor(1)):find("gather: ", 1, true))
+    assert.truthy(U.err_of(x1.scatter, x1, 1, fp8.tensor(0), fp8.zeros { 1, 1 })
       :find("scatter: the index and src must have the tensor's number of dims, 1 (a 0-d tensor, index or src "
         .. "counts as 1-d), got [] and [1, 1]", 1, true))
-    assert.truthy(err_of(x1.index_fill, x1, 1, fp8.zeros { 1, 1 }, 0)
+    assert.truthy(U.err_of(x1.index_fill, x1, 1, fp8.zeros { 1, 1 }, 0)
       :find("index_fill: the index must be 1-d (or 0-d), got [1, 1]", 1, true))
-    assert.truthy(err_of(x0.index_add, x0, 1, fp8.tensor(0), fp8.tensor { 7 })
+    assert.truthy(U.err_of(x0.index_add, x0, 1, fp8.tensor(0), fp8.tensor { 7 })
       :find("index_add: a 0-d tensor takes a 0-d source (torch's), got [1]", 1, true))
-    assert.truthy(err_of(x0.take_along_dim, x0, fp8.tensor(0), 1)
+    assert.truthy(U.err_of(x0.take_along_dim, x0, fp8.tensor(0), 1)
       :find("take_along_dim: a 0-d tensor has no dim to take along, got dim 1", 1, true))
-    assert.truthy(err_of(x0.scatter, x0, 1, fp8.tensor(0), 7, "add")
+    assert.truthy(U.err_of(x0.scatter, x0, 1, fp8.tensor(0), 7, "add")
       :find("scatter: reduce= is not supported", 1, true))
   end)
 end)
@@ -105,7 +89,7 @@ describe("the sweep's finding (stop 103)", function()
   end)
   it("GradScaler:unscale_ names an optimizer whose parameters() answers no list (the filtered run's message)", function()
     local sc = fp8.amp.GradScaler()
-    local e = err_of(sc.unscale_, sc, { parameters = function() end })
+    local e = U.err_of(sc.unscale_, sc, { parameters = function() end })
     assert.truthy(e:find("GradScaler: the optimizer's parameters() must return a list of tensors, got nil", 1, true), e)
   end)
 end)

@@ -4,21 +4,7 @@
 -- the result's shape and values, and the gradients of sum(3 * result), or a raise.
 -- docs/robustness.md, "The hostile sweep, seed 118 (stop 104)".
 
-local function err_of(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok)
-  return tostring(err)
-end
-
-local function flat(t)
-  if t:numel() == 0 then return {} end
-  return t:reshape { -1 }:tolist()
-end
-
-local function grad_of(t)
-  assert(t.grad, "no gradient reached the leaf")
-  return flat(t.grad)
-end
+local U = dofile("tests/spec/helpers/util.lua")
 
 local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
 
@@ -39,16 +25,16 @@ describe("gather, scatter and scatter_add with an index smaller than the tensor,
         return x[c.op](x, dim, index, src)
       end
       if c.raises then
-        local e = err_of(run)
+        local e = U.err_of(run)
         assert.truthy(e:find(c.op .. ": ", 1, true), e)
         return
       end
       local r = run()
       assert.are.same(c.shape, r:shape())
-      assert.are.same(c.values, flat(r))
+      assert.are.same(c.values, U.flat(r))
       ;(r * 3):sum():backward()
-      assert.are.same(c.grad, grad_of(x))
-      if c.src_grad then assert.are.same(c.src_grad, grad_of(src)) end
+      assert.are.same(c.grad, U.grad_of(x))
+      if c.src_grad then assert.are.same(c.src_grad, U.grad_of(src)) end
     end)
   end
 
@@ -71,12 +57,12 @@ describe("gather, scatter and scatter_add with an index smaller than the tensor,
 
   it("names torch's rule when the index is larger", function()
     local x = fp8.zeros { 3, 4 }
-    assert.truthy(err_of(x.gather, x, 2, fp8.zeros { 4, 2 }):find("gather: index [4, 2] must be no larger than "
+    assert.truthy(U.err_of(x.gather, x, 2, fp8.zeros { 4, 2 }):find("gather: index [4, 2] must be no larger than "
       .. "the tensor [3, 4] in every dim but dim 2 (torch's rule), got 4 > 3 at dim 1", 1, true))
-    assert.truthy(err_of(x.scatter, x, 1, fp8.zeros { 2, 2 }, fp8.ones { 1, 2 }):find("scatter: index [2, 2] must be "
+    assert.truthy(U.err_of(x.scatter, x, 1, fp8.zeros { 2, 2 }, fp8.ones { 1, 2 }):find("scatter: index [2, 2] must be "
       .. "no larger than the tensor [3, 4] in every dim but dim 1 and no larger than src [1, 2] (torch's rule), got "
       .. "2 > 1 at dim 1", 1, true))
-    assert.truthy(err_of(x.scatter_add_, x, 1, fp8.zeros { 2, 5 }, fp8.ones { 3, 5 })
+    assert.truthy(U.err_of(x.scatter_add_, x, 1, fp8.zeros { 2, 5 }, fp8.ones { 3, 5 })
       :find("scatter_add_: index [2, 5] must be no larger than the tensor [3, 4]", 1, true))
   end)
 end)
@@ -100,7 +86,7 @@ describe("an nn class's __init reached directly (stop 103's Left)", function()
     for _, k in ipairs(names) do
       for _, s in ipairs(selves()) do
         if not ((k == "Linear" or k == "Module") and s[1] == "a Linear") then
-          local e = err_of(fp8.nn[k].__init, s[2], 3, 2)
+          local e = U.err_of(fp8.nn[k].__init, s[2], 3, 2)
           local want = ("%s.__init: self must be a %s being built (fp8.nn.%s(...) builds one and runs __init), got ")
             :format(k, k, k)
           assert.truthy(e:find(want, 1, true), k .. " given " .. s[1] .. ": " .. e)
@@ -118,8 +104,8 @@ describe("an nn class's __init reached directly (stop 103's Left)", function()
     assert.are.same({ 5, 4 }, m.weight:shape())
     assert.are.same(1, m.extra)
     -- the arity check reads the body's parameters, not the guard's
-    assert.truthy(err_of(My, 1, 2, 3):find("My: takes at most 2 arguments, got 3", 1, true))
-    assert.truthy(err_of(fp8.nn.Transformer.__init, setmetatable({}, { __index = function() return 1 end }))
+    assert.truthy(U.err_of(My, 1, 2, 3):find("My: takes at most 2 arguments, got 3", 1, true))
+    assert.truthy(U.err_of(fp8.nn.Transformer.__init, setmetatable({}, { __index = function() return 1 end }))
       :find("Transformer.__init: self must be a Transformer being built", 1, true))
   end)
 end)
@@ -129,14 +115,14 @@ describe("the sweep's findings (stop 104)", function()
   local function V() return setmetatable({}, { __tostring = function() return {} end, __name = {} }) end
   it("fp8.hist names a format that is not a string", function()
     local hist = require("fp8.hist")
-    assert.truthy(err_of(hist, fp8.ones { 2, 3 }, V())
+    assert.truthy(U.err_of(hist, fp8.ones { 2, 3 }, V())
       :find("bad argument #2 to 'hist' (expected \"e4m3\" or \"e5m2\", got a table", 1, true))
-    assert.truthy(err_of(hist, fp8.ones { 2, 3 }:quantize("e4m3"), V())
+    assert.truthy(U.err_of(hist, fp8.ones { 2, 3 }:quantize("e4m3"), V())
       :find("hist: the tensor is already e4m3, got format 'a table", 1, true))
-    assert.truthy(err_of(hist, fp8.ones { 2, 3 }, "bf16"):find("got bf16)", 1, true))
+    assert.truthy(U.err_of(hist, fp8.ones { 2, 3 }, "bf16"):find("got bf16)", 1, true))
   end)
   it("plot.fp8_history names a csv that is not a file name", function()
-    local e = err_of(require("fp8.plot").fp8_history, { csv = V() })
+    local e = U.err_of(require("fp8.plot").fp8_history, { csv = V() })
     assert.truthy(e:find("fp8_history: csv must be a file name, got a table", 1, true), e)
   end)
 end)

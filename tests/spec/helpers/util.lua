@@ -133,6 +133,12 @@ function U.flat(t)
   return out
 end
 
+-- A leaf's gradient as U.flat gives it, asserting one reached the leaf (the sweep specs' grad_of)
+function U.grad_of(t)
+  assert(t.grad, "no gradient reached the leaf")
+  return U.flat(t.grad)
+end
+
 -- A Lua number (a double) rounded to the nearest fp32, as a tensor of dtype fp32 would hold it.
 function U.f32(v) return (string.unpack("<f", string.pack("<f", v))) end
 
