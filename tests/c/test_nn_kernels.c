@@ -1438,8 +1438,13 @@ TEST(nn_chnorm_eval_cl_same_bits) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 
-/* The NHWC entries' bits whatever the thread count (fixed blocks of rows, or one sample's rows, per partial sum) */
-TEST(nn_chnorm_cl_thread_count_independent) {
+/* chnorm's forward and backward entries (fl_cpu_chnorm_fwd/bwd, or the NHWC fl_cpu_dev_chnorm_fwd_cl/bwd_cl) give the
+ * same bits on one thread and on three, BatchNorm's statistics (G = 0) and GroupNorm's (G = 4). */
+typedef fl_status (*chnorm_fwd_fn)(const float *, const float *, const float *, float *, float *, float *, float *,
+                                   int64_t, int64_t, int64_t, int64_t, float);
+typedef fl_status (*chnorm_bwd_fn)(const float *, const float *, const float *, const float *, const float *, float *,
+                                   float *, float *, int64_t, int64_t, int64_t, int64_t);
+static void chnorm_same_on_threads(int *fl__failed, chnorm_fwd_fn fwd, chnorm_bwd_fn bwd) {
     const int64_t N = 8, C = 16, P = 1000, n = N * C * P;
     for (int G = 0; G <= 4; G += 4) {
         float *x = frand(n, -1.0, 2.0), *dy = frand(n, -1.0, 1.0), *w = frand(C, 0.5, 1.5), *b = frand(C, -1, 1);
@@ -1449,8 +1454,8 @@ TEST(nn_chnorm_cl_thread_count_independent) {
             y[t] = fzeros(n); dx[t] = fzeros(n); dw[t] = fzeros(C); db[t] = fzeros(C); m[t] = fzeros(S); r[t] = fzeros(S);
             const int saved = omp_get_max_threads();
             omp_set_num_threads(t ? 3 : 1);
-            CHECK_OK(fl_cpu_dev_chnorm_fwd_cl(x, w, b, y[t], m[t], r[t], NULL, N, C, P, G, 1e-5f));
-            CHECK_OK(fl_cpu_dev_chnorm_bwd_cl(x, w, m[t], r[t], dy, dx[t], dw[t], db[t], N, C, P, G));
+            CHECK_OK(fwd(x, w, b, y[t], m[t], r[t], NULL, N, C, P, G, 1e-5f));
+            CHECK_OK(bwd(x, w, m[t], r[t], dy, dx[t], dw[t], db[t], N, C, P, G));
             omp_set_num_threads(saved);
         }
         CHECK(memcmp(y[0], y[1], (size_t)n * 4) == 0 && memcmp(dx[0], dx[1], (size_t)n * 4) == 0 &&
@@ -1460,24 +1465,12 @@ TEST(nn_chnorm_cl_thread_count_independent) {
     }
 }
 
-/* The same bits whatever the thread count (each set's sums one thread's, in a fixed order). */
+/* The NHWC entries (fixed blocks of rows, or one sample's rows, per partial sum) */
+TEST(nn_chnorm_cl_thread_count_independent) {
+    chnorm_same_on_threads(fl__failed, fl_cpu_dev_chnorm_fwd_cl, fl_cpu_dev_chnorm_bwd_cl);
+}
+
+/* The NCHW entries (each set's sums one thread's, in a fixed order) */
 TEST(nn_chnorm_thread_count_independent) {
-    const int64_t N = 8, C = 16, P = 1000, n = N * C * P;
-    for (int G = 0; G <= 4; G += 4) {
-        float *x = frand(n, -1.0, 2.0), *dy = frand(n, -1.0, 1.0), *w = frand(C, 0.5, 1.5), *b = frand(C, -1, 1);
-        float *y[2], *dx[2], *dw[2], *db[2], *m[2], *r[2];
-        const int64_t S = G ? N * G : C;
-        for (int t = 0; t < 2; t++) {
-            y[t] = fzeros(n); dx[t] = fzeros(n); dw[t] = fzeros(C); db[t] = fzeros(C); m[t] = fzeros(S); r[t] = fzeros(S);
-            const int saved = omp_get_max_threads();
-            omp_set_num_threads(t ? 3 : 1);
-            CHECK_OK(fl_cpu_chnorm_fwd(x, w, b, y[t], m[t], r[t], NULL, N, C, P, G, 1e-5f));
-            CHECK_OK(fl_cpu_chnorm_bwd(x, w, m[t], r[t], dy, dx[t], dw[t], db[t], N, C, P, G));
-            omp_set_num_threads(saved);
-        }
-        CHECK(memcmp(y[0], y[1], (size_t)n * 4) == 0 && memcmp(dx[0], dx[1], (size_t)n * 4) == 0 &&
-              memcmp(dw[0], dw[1], (size_t)C * 4) == 0 && memcmp(db[0], db[1], (size_t)C * 4) == 0, "G=%d", G);
-        void *all[] = { x, dy, w, b, y[0], y[1], dx[0], dx[1], dw[0], dw[1], db[0], db[1], m[0], m[1], r[0], r[1] };
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
-    }
+    chnorm_same_on_threads(fl__failed, fl_cpu_chnorm_fwd, fl_cpu_chnorm_bwd);
 }
