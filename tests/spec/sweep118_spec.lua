@@ -105,6 +105,9 @@ describe("an nn class's __init reached directly (stop 103's Left)", function()
     assert.are.same(1, m.extra)
     -- the arity check reads the body's parameters, not the guard's
     assert.truthy(U.err_of(My, 1, 2, 3):find("My: takes at most 2 arguments, got 3", 1, true))
+    -- a user's class is built by calling it, not through fp8.nn
+    assert.truthy(U.err_of(My.__init, 5, 1, 2)
+      :find("My.__init: self must be a My being built (My(...) builds one and runs __init), got 5", 1, true))
     assert.truthy(U.err_of(fp8.nn.Transformer.__init, setmetatable({}, { __index = function() return 1 end }))
       :find("Transformer.__init: self must be a Transformer being built", 1, true))
   end)

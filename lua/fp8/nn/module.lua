@@ -118,11 +118,18 @@ end
 -- not an instance being built, it failed inside at its first use of self ('attempt to call a number value (method
 -- 'parameters')' at encoder_decoder.lua, stop 103's sweep; 'attempt to index a nil value (local 'self')' in 100 of the
 -- classes, stop 104): refused by the class's name. The guard tail-calls the body, so the body's error levels hold.
+-- The name a user calls to build one: fp8.nn.<name> for the library's classes, the bare name for a user's own.
+local function builder_of(name, cls)
+  local nn = package.loaded["fp8.nn"]
+  local ok, c = pcall(function() return type(nn) == "table" and nn[name] or nil end)
+  return (ok and c == cls) and ("fp8.nn." .. name) or name
+end
+
 local function guard_init(name, cls, f)
   local w = function(self, ...)
     if not instance_of(self, cls) then
-      error(("%s.__init: self must be a %s being built (fp8.nn.%s(...) builds one and runs __init), got %s"):format(
-        name, name, name, O.got(self)), 2)
+      error(("%s.__init: self must be a %s being built (%s(...) builds one and runs __init), got %s"):format(
+        name, name, builder_of(name, cls), O.got(self)), 2)
     end
     return f(self, ...)
   end
