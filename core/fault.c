@@ -10,25 +10,34 @@
 static struct { char site[16]; long from, to, calls; int rank; } faults[MAX_FAULTS];
 static int nfaults = -1;   /* -1: not read yet */
 
+/* the sites fault.h names: another name is a hook that would never fire */
+static bool known_site(const char *s) {
+    return !strcmp(s, "allreduce") || !strcmp(s, "iallreduce") || !strcmp(s, "wait") || !strcmp(s, "ddp_grad");
+}
+
 static void parse(void) {
     nfaults = 0;
     const char *v = getenv("FP8LAB_FAULT_DIST");
     if (!v) return;
-    while (*v && nfaults < MAX_FAULTS) {
+    while (*v) {
         size_t len = strcspn(v, ",");
         char e[64];
         if (len < sizeof e) {
             memcpy(e, v, len);
             e[len] = 0;
             char *colon = strchr(e, ':');
-            if (colon && colon > e && (size_t)(colon - e) < sizeof faults[0].site) {
+            if (colon && (colon == e || (size_t)(colon - e) >= sizeof faults[0].site)) colon = NULL;
+            if (colon) {
                 *colon = 0;
+                if (!known_site(e)) *colon = ':', colon = NULL;
+            }
+            if (colon) {
                 char *end;
                 long from = strtol(colon + 1, &end, 10), to = from;
                 if (*end == '-') to = strtol(end + 1, &end, 10);
                 int rank = -1;
                 if (*end == '@') rank = (int)strtol(end + 1, &end, 10);
-                if (*end == 0 && from >= 1 && to >= from) {
+                if (*end == 0 && from >= 1 && to >= from && nfaults < MAX_FAULTS) {
                     strcpy(faults[nfaults].site, e);
                     faults[nfaults].from = from;
                     faults[nfaults].to = to;
@@ -39,8 +48,8 @@ static void parse(void) {
             }
         }
         if (len >= sizeof e || e[0]) {   /* a hook that does not take is said, not ignored */
-            fprintf(stderr, "fp8lab: FP8LAB_FAULT_DIST: cannot read the entry '%.*s' (SITE:N[-M][@RANK]); not used\n",
-                    (int)len, v);
+            fprintf(stderr, "fp8lab: FP8LAB_FAULT_DIST: cannot read the entry '%.*s' (SITE:N[-M][@RANK], SITE one of "
+                    "allreduce, iallreduce, wait, ddp_grad; at most 8 entries); not used\n", (int)len, v);
         }
         v += len;
         if (*v == ',') v++;

@@ -43,6 +43,11 @@ end
 
 describe("DDP collectives that fail on one process", function()
   local it_mpi = MPI.can and it or pending
+  it_mpi("a hook entry that cannot fire (an unknown site) is said and not used", function()
+    local text, rc = job("plain", "allreduc:1@1")
+    assert.are.equal(0, rc, text)
+    assert.truthy(text:find("FP8LAB_FAULT_DIST: cannot read the entry 'allreduc:1@1'", 1, true), text)
+  end)
 
   -- control: a bucket's MPI_Iallreduce refused once in the backward is issued again in its finish (stop 102): the step
   -- fails on both (the backward failed on rank 1), the next runs, and the parameters stay alike
