@@ -44,9 +44,26 @@ HASH := \#
 HAVE_DNNL := $(call probe,dnnl,$(HASH)include <dnnl.h>\nint main(void){return dnnl_version()==0;},-ldnnl)
 HAVE_READLINE := $(call probe,rl,$(HASH)include <stdio.h>\n$(HASH)include <readline/readline.h>\nint main(void){return rl_initialize();},-lreadline)
 
+# The two nvcc probes (a kernel compiled and linked; cublasLt.h compiled) take ~2-3 CPU-s each, and every make ran
+# them: make test twice (its own make and the build it starts), each spec that runs make once more. Their results are
+# kept in $(BUILD)/probe_<name>.cache under a key of what they read: nvcc, the host compilers it calls, the CUDA
+# headers and runtime library they include and link (path, size, mtime; a missing one is in the key as stat's error),
+# so a CUDA or compiler installed, removed or upgraded since runs the probe again.
+eq = $(and $(findstring $(1),$(2)),$(findstring $(2),$(1)))
+NVCC_KEY = $(strip $(shell d=$$(dirname $(NVCC))/..; stat -L -c '%n %s %Y' $(NVCC) $$d/include/cuda_runtime.h \
+  $$d/include/cublasLt.h $$d/lib64/libcudart_static.a $$(command -v gcc g++ cc c++) 2>&1))
+NVCC_PROBE_CUDA = printf '__global__ void k(){}\nint main(){k<<<1,1>>>();return 0;}\n' > $(BUILD)/probe_cuda.cu && \
+  $(NVCC) $(BUILD)/probe_cuda.cu -o $(BUILD)/probe_cuda >/dev/null 2>&1 && echo 1 || echo 0
+NVCC_PROBE_CUBLASLT = printf '$(HASH)include <cublasLt.h>\nint main(){return 0;}\n' > $(BUILD)/probe_cublaslt.cu && \
+  $(NVCC) -c $(BUILD)/probe_cublaslt.cu -o $(BUILD)/probe_cublaslt.o >/dev/null 2>&1 && echo 1 || echo 0
+# $(call nvcc_cached,NAME,VARIABLE): the cached result of probe NAME, or the shell command in VARIABLE run and kept
+nvcc_cached = $(eval _nk := $(NVCC_KEY))$(eval _nc := $(file <$(BUILD)/probe_$(1).cache))$(strip \
+  $(if $(call eq,$(wordlist 2,100000,$(_nc)),$(_nk)),$(firstword $(_nc)),\
+  $(eval _nr := $(shell $($(2))))$(file >$(BUILD)/probe_$(1).cache,$(_nr) $(_nk))$(_nr)))
+
 ifeq ($(CUDA),auto)
   ifneq ($(NVCC),)
-    CUDA_ON := $(shell mkdir -p $(BUILD) && printf '__global__ void k(){}\nint main(){k<<<1,1>>>();return 0;}\n' > $(BUILD)/probe_cuda.cu && $(NVCC) $(BUILD)/probe_cuda.cu -o $(BUILD)/probe_cuda >/dev/null 2>&1 && echo 1 || echo 0)
+    CUDA_ON := $(call nvcc_cached,cuda,NVCC_PROBE_CUDA)
   else
     CUDA_ON := 0
   endif
@@ -73,7 +90,7 @@ endif
 CUBLASLT ?= auto
 ifeq ($(CUDA_ON),1)
   ifeq ($(CUBLASLT),auto)
-    HAVE_CUBLASLT := $(shell printf '$(HASH)include <cublasLt.h>\nint main(){return 0;}\n' > $(BUILD)/probe_cublaslt.cu && $(NVCC) -c $(BUILD)/probe_cublaslt.cu -o $(BUILD)/probe_cublaslt.o >/dev/null 2>&1 && echo 1 || echo 0)
+    HAVE_CUBLASLT := $(call nvcc_cached,cublaslt,NVCC_PROBE_CUBLASLT)
   else
     HAVE_CUBLASLT := $(CUBLASLT)
   endif
