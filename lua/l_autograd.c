@@ -937,13 +937,7 @@ static int l_name_grad_fn(lua_State *L) {
 }
 
 /* fp8.core._link(t, s) -> t's data, its history leading to s (fl_autograd_link) */
-static int l_link(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1), *s = fl_lchecktensor(L, 2);
-    fl_lmaxargs(L, 2, "_link", "(tensor, link)");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_autograd_link(slot, t, s));
-    return 1;
-}
+static int l_link(lua_State *L) { return fl_ltensor_op2(L, "_link", "(tensor, link)", fl_autograd_link); }
 
 /* fp8.core._restricted_walks() -> how many walks restricted to some inputs run now (restricted_walks) */
 static int l_restricted_walks(lua_State *L) {

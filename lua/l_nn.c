@@ -120,13 +120,17 @@ static int l_cross_entropy(lua_State *L) {
     return 1;
 }
 
-static int l_mse_loss(lua_State *L) {
+/* name(a, b) for a core op of two tensors: fn(a, b) boxed */
+static int two_tensors(lua_State *L, const char *name,
+                       fl_status (*fn)(fl_tensor **, const fl_tensor *, const fl_tensor *)) {
     fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
-    no_extra(L, 3, "mse_loss");
+    no_extra(L, 3, name);
     fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_mse_loss(slot, a, b));
+    FL_LCALL(L, fn(slot, a, b));
     return 1;
 }
+
+static int l_mse_loss(lua_State *L) { return two_tensors(L, "mse_loss", fl_mse_loss); }
 
 /* layer_norm(x, w|nil, b|nil [, eps=1e-5]) */
 static int l_layer_norm(lua_State *L) {
@@ -200,13 +204,7 @@ static int l_embedding_bag(lua_State *L) {
     return 1;
 }
 
-static int l_embedding(lua_State *L) {
-    fl_tensor *idx = fl_lchecktensor(L, 1), *w = fl_lchecktensor(L, 2);
-    no_extra(L, 3, "embedding");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_embedding(slot, idx, w));
-    return 1;
-}
+static int l_embedding(lua_State *L) { return two_tensors(L, "embedding", fl_embedding); }
 
 /* dropout(x [, p=0.5 [, training=true]]) — the mask comes from the default generator (fp8.manual_seed). */
 static int l_dropout(lua_State *L) {
@@ -424,13 +422,7 @@ static int l_conv2d_cols(lua_State *L) {
 
 /* matmul_wide(a, b): a·b of two bf16 (or two fp16) tensors, the GEMM in their dtype and the result fp32
  * (fl_matmul_wide): what a bf16 convolution adds its bias to before rounding once */
-static int l_matmul_wide(lua_State *L) {
-    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
-    no_extra(L, 3, "matmul_wide");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_matmul_wide(slot, a, b));
-    return 1;
-}
+static int l_matmul_wide(lua_State *L) { return two_tensors(L, "matmul_wide", fl_matmul_wide); }
 
 static const luaL_Reg funcs[] = {
     {"linear", l_linear}, {"linear_relu_bf16", l_linear_relu_bf16}, {"relu", l_relu}, {"relu_bf16", l_relu_bf16}, {"silu", l_silu}, {"silu_bf16", l_silu_bf16},

@@ -855,19 +855,10 @@ static int m_minimum(lua_State *L) { return arith(L, FL_OP_MINIMUM); }
 static int m_atan2(lua_State *L) { return arith(L, FL_OP_ATAN2); }
 static int m_fmod(lua_State *L) { return arith(L, FL_OP_FMOD); }
 static int m_remainder(lua_State *L) { return arith(L, FL_OP_REMAINDER); }   /* also x % y, Python's and torch's % */
-/* x:_name(y) for a core op of two tensors: fn(x, y) boxed */
-static int two_tensors(lua_State *L, const char *name,
-                       fl_status (*fn)(fl_tensor **, const fl_tensor *, const fl_tensor *)) {
-    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
-    fl_lmaxargs(L, 2, name, "(other)");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fn(slot, a, b));
-    return 1;
-}
 /* x:_hypot(y): fp8.Tensor.hypot's core (lua/fp8/tensor_math.lua checks the arguments and makes a number a tensor) */
-static int m_hypot(lua_State *L) { return two_tensors(L, "hypot", fl_hypot); }
+static int m_hypot(lua_State *L) { return fl_ltensor_op2(L, "hypot", "(other)", fl_hypot); }
 /* x:_dot(y): fp8.Tensor.dot's core (lua/fp8/tensor_linalg.lua checks the arguments): core/ops.h's fl_dot, one node */
-static int m_dot(lua_State *L) { return two_tensors(L, "dot", fl_dot); }
+static int m_dot(lua_State *L) { return fl_ltensor_op2(L, "dot", "(other)", fl_dot); }
 /* r:_norm_rescue(s, x, mask, p [, gate]): core/ops.h's fl_norm_rescue (lua/fp8/tensor_math.lua's T._norm_rescaled
  * gives the norms r and sums s of x over the dims in mask, bit i for dim i + 1, and p; gate x:_norm_gate(mask)'s
  * result, through which it computed r and s) */
@@ -1250,13 +1241,7 @@ static int m_amax(lua_State *L) {
     return reduce(L, FL_OP_AMAX);
 }
 
-static int l_matmul(lua_State *L) {
-    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
-    fl_lmaxargs(L, 2, "matmul", "(a, b)");
-    fl_tensor **slot = fl_lnewbox(L);
-    FL_LCALL(L, fl_matmul(slot, a, b));
-    return 1;
-}
+static int l_matmul(lua_State *L) { return fl_ltensor_op2(L, "matmul", "(a, b)", fl_matmul); }
 
 /* fp8.cat(list [, dim=1]): the tensors joined along dim (1-based, negative from the end); 1-d empty ones beside
  * others left out, as torch's. */

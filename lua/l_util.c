@@ -78,6 +78,15 @@ fl_tensor **fl_lnewbox(lua_State *L) {
     return slot;
 }
 
+int fl_ltensor_op2(lua_State *L, const char *fname, const char *takes,
+                   fl_status (*fn)(fl_tensor **, const fl_tensor *, const fl_tensor *)) {
+    fl_tensor *a = fl_lchecktensor(L, 1), *b = fl_lchecktensor(L, 2);
+    fl_lmaxargs(L, 2, fname, takes);
+    fl_tensor **slot = fl_lnewbox(L);
+    FL_LCALL(L, fn(slot, a, b));
+    return 1;
+}
+
 /* ---- releases that wait for the C function using the tensor ----------------------------------------------
  * t:free() (and __close) drops the box's reference at once. But a binding keeps raw pointers to its tensor arguments
  * while it runs, and Lua code can run inside it: a metamethod of an argument it reads (an options table's __index, a

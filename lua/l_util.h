@@ -70,6 +70,10 @@ fl_tensor **fl_lchecktensorlist(lua_State *L, int arg, const char *fname, int *n
  * `what` (with its article): "fname: element 3 of the list: expected an FP8Meta, got table", "... has been
  * released". */
 void *fl_lrawlistobj(lua_State *L, int arg, lua_Integer i, const char *fname, const char *mt, const char *what);
+/* The binding of a core op of two tensors, fn(a, b) boxed: two tensors (fl_lchecktensor), nothing after them
+ * (fl_lmaxargs's message with fname and takes); returns 1, the result pushed. */
+int fl_ltensor_op2(lua_State *L, const char *fname, const char *takes,
+                   fl_status (*fn)(fl_tensor **, const fl_tensor *, const fl_tensor *));
 /* A function called with more than n arguments would drop the rest silently (x:t(3), fp8.zeros({2}, "bf16", 5)):
  * an error "fname: takes <takes>; got k more argument(s)". */
 void fl_lmaxargs(lua_State *L, int n, const char *fname, const char *takes);
