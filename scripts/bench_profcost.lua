@@ -7,6 +7,7 @@
 --   OMP_NUM_THREADS=1 build/fp8lab scripts/bench_profcost.lua [mlp|gpt|tiny] [ROUNDS] [STEPS]
 -- ("tiny": 1000 calls each of a + b, c:add_(b), c:mul_(0.5) and c:addmm(a, b) on [4, 4] tensors under fp8.no_grad)
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
+local gpt_batch = dofile(((arg and arg[0] or "scripts/x.lua"):match("^(.*)/[^/]*$") or ".") .. "/bench_gpt_batch.lua")
 local which, rounds, steps = arg[1] or "mlp", tonumber(arg[2] or 5), tonumber(arg[3] or 4)
 
 local step
@@ -26,14 +27,7 @@ elseif which == "gpt" then
   local B, T, V = 16, 128, 96
   local model = nn.GPT { vocab_size = V, block_size = T, n_layer = 4, n_head = 4, n_embd = 256 }
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })
-  local ids = {}
-  for b = 1, B do ids[b] = {} for t = 1, T + 1 do ids[b][t] = (b * 31 + t * 17) % V end end
-  local function cols(a, z)
-    local r = {}
-    for b = 1, B do r[b] = {} for t = a, z do r[b][#r[b] + 1] = ids[b][t] end end
-    return fp8.tensor(r)
-  end
-  local x, y = cols(1, T), cols(2, T + 1)
+  local x, y = gpt_batch(B, T, V)
   step = function()
     local loss = F.cross_entropy(model(x):view(B * T, V), y:view(B * T))
     opt:zero_grad(); loss:backward(); opt:step()

@@ -12,6 +12,7 @@
 -- wall clock counts the other processes' turns too (docs/performance.md, "The te step on Zen 3 again").
 local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
+local gpt_batch = dofile(((arg and arg[0] or "scripts/x.lua"):match("^(.*)/[^/]*$") or ".") .. "/bench_gpt_batch.lua")
 local clock = require("fp8._data").clock
 
 local opts = require("fp8.args").parse(arg or {}, {
@@ -61,14 +62,7 @@ local function setup(name)
   local mp, h = make()
   local acc = fp8.Accelerator{ mixed_precision = mp, kwargs_handlers = h, cpu = true }
   model, opt = acc:prepare(model, opt)
-  local ids = {}
-  for b = 1, B do ids[b] = {} for t = 1, T + 1 do ids[b][t] = (b * 31 + t * 17) % V end end
-  local function cols(a, z)
-    local r = {}
-    for b = 1, B do r[b] = {} for t = a, z do r[b][#r[b] + 1] = ids[b][t] end end
-    return fp8.tensor(r)
-  end
-  local x, y = cols(1, T), cols(2, T + 1)
+  local x, y = gpt_batch(B, T, V)
   return function()
     local loss = F.cross_entropy(model(x):view(B * T, V), y:view(B * T))
     opt:zero_grad(); acc:backward(loss); opt:step()

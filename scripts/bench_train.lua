@@ -11,6 +11,7 @@
 -- scripts/bench.sh runs it next to scripts/bench_train_torch.py and writes docs/performance.md.
 local fail = require("fp8.args").fail   -- a usage error: the message, no traceback
 local nn, optim, F = fp8.nn, fp8.optim, fp8.nn.functional
+local gpt_batch = dofile(((arg and arg[0] or "scripts/x.lua"):match("^(.*)/[^/]*$") or ".") .. "/bench_gpt_batch.lua")
 
 local opts = require("fp8.args").parse(arg or {}, {
   { "model", "str", "all", "mlp | gpt | all" },
@@ -164,15 +165,9 @@ local function bench_gpt()
   local opt = optim.AdamW(model:parameters(), { lr = 3e-4 })
   local acc = accelerator()
   model, opt = acc:prepare(model, opt)
-  local ids = {}
-  for b = 1, B do ids[b] = {} for t = 1, T + 1 do ids[b][t] = (b * 31 + t * 17) % V end end
-  local function cols(a, z)
-    local r = {}
-    for b = 1, B do r[b] = {} for t = a, z do r[b][#r[b] + 1] = ids[b][t] end end
-    return fp8.tensor(r)
-  end
   local dev = acc:device()
-  local x, y = cols(1, T):to(dev), cols(2, T + 1):to(dev)
+  local x, y = gpt_batch(B, T, V)
+  x, y = x:to(dev), y:to(dev)
   local function fwd() return F.cross_entropy(model(x):view(B * T, V), y:view(B * T)) end
   local function step()
     local loss = fwd()
