@@ -365,20 +365,19 @@ static int l_live_dtype(lua_State *L) {
 
 /* ---- metadata ----------------------------------------------------------------------------- */
 
-static int m_shape(lua_State *L) {
+/* t:shape() and t:stride(): the tensor's sizes or strides as a list */
+static int dims_list(lua_State *L, const char *fname, bool strides) {
     fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 1, "shape", "no arguments");
+    fl_lmaxargs(L, 1, fname, "no arguments");
     lua_createtable(L, t->ndim, 0);
-    for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->shape[i]); lua_rawseti(L, -2, i + 1); }
+    for (int i = 0; i < t->ndim; i++) {
+        lua_pushinteger(L, strides ? t->stride[i] : t->shape[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
     return 1;
 }
-static int m_stride(lua_State *L) {
-    fl_tensor *t = fl_lchecktensor(L, 1);
-    fl_lmaxargs(L, 1, "stride", "no arguments");
-    lua_createtable(L, t->ndim, 0);
-    for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->stride[i]); lua_rawseti(L, -2, i + 1); }
-    return 1;
-}
+static int m_shape(lua_State *L) { return dims_list(L, "shape", false); }
+static int m_stride(lua_State *L) { return dims_list(L, "stride", true); }
 static int m_size(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     fl_lmaxargs(L, 2, "size", "([dim])");
