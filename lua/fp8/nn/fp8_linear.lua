@@ -257,15 +257,7 @@ local function weight_fp8(self)
 end
 
 -- (method: the one refusing, forward's by default; forward_gelu and forward_residual name themselves)
-local function check_input(self, x, method)
-  if not core.is_tensor(x) then
-    Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x)), method)
-  end
-  if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)),
-      method)
-  end
-end
+local function check_input(self, x, method) Module._check_features(self, x, self.in_features, method) end
 local function runs_fp8(self) return autocast.enabled() and not rawget(self, "fp8_disabled") end
 -- The recipe's update after an optimizer step (the delayed rule's new scales and the ring's roll, MS-AMP's warm-up
 -- count) is the prepared optimizer's (Accelerator:_after_step). A model converted by hand and trained by an optimizer

@@ -56,10 +56,7 @@ function Linear:__init(in_features, out_features, bias)
 end
 
 function Linear:forward(x)
-  if not fp8.is_tensor(x) then Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x))) end
-  if x:dim() < 1 or x:size(-1) ~= self.in_features then
-    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.in_features, Module._shape_str(x)))
-  end
+  Module._check_features(self, x, self.in_features)
   return F.linear(x, self.weight, self.bias)
 end
 

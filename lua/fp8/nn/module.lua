@@ -255,6 +255,17 @@ function Module._forward_error(self, msg, method)
   error(("%s:%s: %s"):format(ok and type(name) == "string" and name or "Module", method or "forward", msg), 0)
 end
 
+-- The input check of a layer over the last dim (Linear, FP8Linear, LayerNorm, RMSNorm): x a tensor [..., n], else
+-- Module._forward_error's message for method (forward by default).
+function Module._check_features(self, x, n, method)
+  if not fp8.is_tensor(x) then
+    Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x)), method)
+  end
+  if x:dim() < 1 or x:size(-1) ~= n then
+    Module._forward_error(self, ("expected input [..., %d], got %s"):format(n, Module._shape_str(x)), method)
+  end
+end
+
 -- Runs forward; an error gets "in <name> (<Class>) forward: " in front, so nested containers
 -- build a path down to the failing layer.
 -- Module._call_hook, when set (fp8.profiler with_modules), runs in place of forward as hook(self, ...)

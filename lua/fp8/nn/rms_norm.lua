@@ -34,13 +34,7 @@ function RMSNorm:__init(n, opts)
 end
 
 function RMSNorm:forward(x)
-  if not fp8.is_tensor(x) then
-    Module._forward_error(self, ("expected a tensor input, got %s"):format(type(x)))
-  end
-  if x:dim() < 1 or x:size(-1) ~= self.normalized_shape then
-    Module._forward_error(self, ("expected input [..., %d], got %s"):format(self.normalized_shape,
-      Module._shape_str(x)))
-  end
+  Module._check_features(self, x, self.normalized_shape)
   return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 end
 
