@@ -89,3 +89,18 @@ describe("help's suggestions for a word longer than every name (the sweep's 1 MB
     assert.truthy(long_calls > 0)
   end)
 end)
+
+describe("a module's register_* and add_module given a name whose __tostring answers no string", function()
+  -- the filtered run of the seed-119 sweep (--messages): Dropout:add_module, register_module, register_buffer and
+  -- register_parameter raised Lua's "'__tostring' must return a string" from their own refusal
+  it("name the method and 'a table'", function()
+    local V = setmetatable({}, { __tostring = function() return {} end, __name = {} })
+    local m = fp8.nn.Dropout(0.1)
+    for _, k in ipairs { "add_module", "register_module", "register_buffer", "register_parameter" } do
+      local e = U.err_of(m[k], m, V, nil)
+      assert.truthy(e:find(k .. ": name must be a non-empty string without '.', got a table", 1, true), e)
+    end
+    assert.truthy(U.err_of(m.register_module, m, "a.b", fp8.nn.ReLU())
+      :find("register_module: name must be a non-empty string without '.', got a.b", 1, true))
+  end)
+end)
