@@ -104,3 +104,18 @@ describe("a module's register_* and add_module given a name whose __tostring ans
       :find("register_module: name must be a non-empty string without '.', got a.b", 1, true))
   end)
 end)
+
+describe("constructors' and load_state's refusals given a table whose __tostring answers no string", function()
+  -- the sampled run of the seed-119 sweep (--messages): Embedding's sizes, GELU's approximate, GPT's sizes and
+  -- Accelerator:load_state's strict raised Lua's "'__tostring' must return a string" from their own refusal
+  it("name the option and 'a table'", function()
+    local V = setmetatable({}, { __tostring = function() return {} end, __name = {} })
+    local function has(e, s) assert.truthy(e:find(s, 1, true), e) end
+    has(U.err_of(fp8.nn.Embedding, { num_embeddings = V }), "got a table")
+    has(U.err_of(fp8.nn.GELU, { approximate = V }), 'GELU: approximate must be "none" or "tanh", got a table')
+    has(U.err_of(fp8.nn.GPT, { vocab_size = V }), "GPT: vocab_size must be a positive integer, got a table")
+    local acc = fp8.Accelerator()
+    has(U.err_of(acc.load_state, acc, { strict = V }), "load_state: strict must be true or false, got a table")
+    has(U.err_of(fp8.nn.GELU, { approximate = "x" }), 'GELU: approximate must be "none" or "tanh", got x')
+  end)
+end)
