@@ -1207,6 +1207,13 @@ fl_status fl_dot(fl_tensor **out, const fl_tensor *a, const fl_tensor *b) {
         char sa[64], sb[64];
         return FL_ERR(FL_EINVAL, "dot: expected two 1-d tensors of one size, got %s and %s", SHAPE(sa, a), SHAPE(sb, b));
     }
+    /* (named here: the mul below said 'mul: e4m3 tensor ...' for x:_dot(y), an op the caller never named) */
+    for (int i = 0; i < 2; i++) {
+        const fl_tensor *t = i == 0 ? a : b;
+        if (fl_format(t->dtype)->is_fp8)
+            return FL_ERR(FL_EINVAL, "dot: %s tensor: call :dequantize() first (FP8 tensors only hold quantized data)",
+                          fl_format(t->dtype)->name);
+    }
     fl_tensor *p = NULL;
     FL_TRY(fl_binary_raw(&p, FL_OP_MUL, a, b));   /* the promoted dtype's products, then fl_reduce's sum of them */
     fl_status st = fl_reduce_raw(out, FL_OP_SUM, p, FL_ALL_DIMS, false);

@@ -259,7 +259,7 @@ static int l_sdpa_qkv(lua_State *L) {
     int isint = 0;
     lua_Integer h = lua_tointegerx(L, 2, &isint);
     if (!isint || h < 1)
-        return luaL_error(L, "qkv_attention: n_head must be a positive integer, got %s", luaL_tolstring(L, 2, NULL));
+        return luaL_error(L, "qkv_attention: n_head must be a positive integer, got %s", fl_lshow(L, 2));
     bool causal;
     double scale;
     attn_opts(L, 3, "qkv_attention", &causal, &scale);
@@ -313,7 +313,7 @@ static int l_col2im(lua_State *L) {
         hw[i] = (int64_t)lua_tointegerx(L, 2 + i, &isint);
         if (!isint || lua_type(L, 2 + i) != LUA_TNUMBER || hw[i] < 0)
             return luaL_error(L, "col2im: %s must be an integer >= 0, got %s", i ? "w" : "h",
-                              luaL_tolstring(L, 2 + i, NULL));
+                              fl_lshow(L, 2 + i));
     }
     fl_window g;
     check_window(L, 4, "col2im", &g);
@@ -391,7 +391,7 @@ static int l_avg_pool(lua_State *L) {
     lua_Integer div = lua_tointegerx(L, 4, &isint);
     if (!isint || lua_type(L, 4) != LUA_TNUMBER || div < 0)
         return luaL_error(L, "avg_pool: divisor must be an integer >= 0 (0: the count), got %s",
-                          luaL_tolstring(L, 4, NULL));
+                          fl_lshow(L, 4));
     no_extra(L, 5, "avg_pool");
     fl_tensor **slot = fl_lnewbox(L);
     FL_LCALL(L, fl_avg_pool(slot, x, &g, lua_toboolean(L, 3), (int64_t)div));
@@ -409,7 +409,7 @@ static int l_conv2d_cols(lua_State *L) {
     int isint = 0;
     lua_Integer groups = lua_tointegerx(L, 5, &isint);
     if (!isint || lua_type(L, 5) != LUA_TNUMBER || groups < 1)
-        return luaL_error(L, "conv2d_cols: groups must be an integer >= 1, got %s", luaL_tolstring(L, 5, NULL));
+        return luaL_error(L, "conv2d_cols: groups must be an integer >= 1, got %s", fl_lshow(L, 5));
     for (int i = 6; i <= 7; i++)
         if (lua_type(L, i) != LUA_TBOOLEAN)
             return luaL_error(L, "conv2d_cols: %s must be a boolean, got %s", i == 6 ? "wide" : "bwd16",

@@ -748,7 +748,7 @@ static int m_newindex(lua_State *L) {
     fl_tensor *t = fl_lchecktensor(L, 1);
     if (lua_type(L, 2) == LUA_TSTRING && fl_lautograd_setfield(L, t, lua_tostring(L, 2), 3)) return 0;
     if (lua_type(L, 2) != LUA_TNUMBER)
-        return luaL_error(L, "cannot set field '%s' on a tensor (only x[i] = v for 1-D tensors)", luaL_tolstring(L, 2, NULL));
+        return luaL_error(L, "cannot set field '%s' on a tensor (only x[i] = v for 1-D tensors)", fl_lshow(L, 2));
     lua_Integer i = (lua_Integer)check_int(L, 2, "x[i] = v", "index");
     if (t->ndim != 1) {
         lua_pushfstring(L, "x[i] = v works on 1-D tensors; this one has shape ");

@@ -10,7 +10,7 @@ static int l_load_text(lua_State *L) {
     int n = lua_gettop(L);
     if (n >= 3 && !lua_isnil(L, 3) && !(lua_type(L, 3) == LUA_TSTRING && strcmp(lua_tostring(L, 3), "t") == 0))
         return luaL_error(L, "load: mode must be \"t\" (binary chunks are not accepted; docs/robustness.md), got %s",
-                          luaL_tolstring(L, 3, NULL));
+                          fl_lshow(L, 3));
     int nargs = n < 3 ? 3 : n;   /* env (4th) keeps its presence: load(s, n, m, nil) differs from load(s, n, m) */
     lua_settop(L, nargs);
     lua_pushliteral(L, "t");
@@ -26,7 +26,7 @@ static int l_loadfile_text(lua_State *L) {
     int n = lua_gettop(L);
     if (n >= 2 && !lua_isnil(L, 2) && !(lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "t") == 0))
         return luaL_error(L, "loadfile: mode must be \"t\" (binary chunks are not accepted), got %s",
-                          luaL_tolstring(L, 2, NULL));
+                          fl_lshow(L, 2));
     const char *fname = luaL_optstring(L, 1, NULL);
     int env = n >= 3 ? 3 : 0;
     if (luaL_loadfilex(L, fname, "t") != LUA_OK) {

@@ -238,6 +238,17 @@ fl_tensor *fl_lchecktensor(lua_State *L, int arg) {
     return *slot;
 }
 
+/* The value at idx as a message shows it: luaL_tolstring's text (pushed), but a table's own __tostring is not run: one
+ * that raises or answers no string made the message itself a raw Lua error ("'__tostring' must return a string"). */
+const char *fl_lshow(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (lua_type(L, idx) == LUA_TTABLE && luaL_getmetafield(L, idx, "__tostring") != LUA_TNIL) {
+        lua_pop(L, 1);
+        return lua_pushstring(L, "a table");
+    }
+    return luaL_tolstring(L, idx, NULL);
+}
+
 static const char *value_str(lua_State *L, int arg);
 
 /* Every key of the table at arg (absolute) is an integer in 1..n: a list, whose other keys nothing would read.
@@ -342,11 +353,10 @@ void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *
         if (lua_type(L, -1) == LUA_TSTRING)
             for (int i = 0; !ok && valid[i]; i++) ok = strcmp(lua_tostring(L, -1), valid[i]) == 0;
         if (!ok) {
-            lua_pushvalue(L, -1);   /* luaL_tolstring on a copy: the key lua_next reads stays as it is */
-            const char *key = luaL_tolstring(L, -1, NULL);
+            const char *key = fl_lshow(L, -1);   /* (pushes: the key lua_next reads stays as it is) */
             size_t n = 0;
             while (valid[n]) n++;
-            const char *near = lua_type(L, -3) == LUA_TSTRING ? fl_suggest(key, valid, n) : NULL;
+            const char *near = lua_type(L, -2) == LUA_TSTRING ? fl_suggest(key, valid, n) : NULL;   /* -2: the key */
             const char *hint = near ? lua_pushfstring(L, " (did you mean '%s'?)", near) : "";
             luaL_error(L, "%s: unknown option '%s'%s (valid: %s)", fname, key, hint, push_joined(L, valid));
         }
@@ -391,7 +401,7 @@ int fl_lfieldint(lua_State *L, int idx, const char *fname, const char *key, int 
         int isint = 0;
         lua_Integer x = lua_tointegerx(L, -1, &isint);
         if (!isint || x < INT_MIN || x > INT_MAX)
-            luaL_error(L, "%s: %s must be an integer, got %s", fname, key, luaL_tolstring(L, -1, NULL));
+            luaL_error(L, "%s: %s must be an integer, got %s", fname, key, fl_lshow(L, -1));
         v = (int)x;
     }
     lua_pop(L, 1);
@@ -404,7 +414,7 @@ const char *fl_lfieldchoice(lua_State *L, int idx, const char *fname, const char
     if (lua_type(L, -1) == LUA_TSTRING)
         for (int i = 0; choices[i]; i++)
             if (strcmp(lua_tostring(L, -1), choices[i]) == 0) { lua_pop(L, 1); return choices[i]; }
-    const char *got = luaL_tolstring(L, -1, NULL);
+    const char *got = fl_lshow(L, -1);
     luaL_error(L, "%s: %s must be one of %s, got %s", fname, key, push_joined(L, choices), got);
     return def;
 }
@@ -518,7 +528,7 @@ lua_Integer fl_lchecklen(lua_State *L, int arg, const char *fname, const char *w
     lua_Integer n = lua_tointegerx(L, -1, &isint);
     if (!isint || n < 0 || n > max)
         luaL_error(L, "%s: %s has length %s (expected an integer 0..%I; does its __len lie?)", fname, what,
-                   luaL_tolstring(L, -1, NULL), max);
+                   fl_lshow(L, -1), max);
     lua_pop(L, 1);
     /* a list: a key past 1..n would be read by nothing ({2, 3, dtype="bf16"}, {2, keepdim=true}); a table whose
      * __len gives its length keeps its entries as it likes */

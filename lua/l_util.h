@@ -86,6 +86,8 @@ fl_tensor *fl_lchecknoargs(lua_State *L, const char *fname);
  * idx (none/nil: no table) and return def when it is absent; a value of the wrong kind is an error naming fname
  * and key ("fname: key must be a boolean, got string"). fl_lfieldchoice returns the matching entry of choices
  * (a static string, never the Lua one). */
+/* The value at idx for a message (pushed): luaL_tolstring's text, without running a table's own __tostring. */
+const char *fl_lshow(lua_State *L, int idx);
 void fl_lcheckopts(lua_State *L, int idx, const char *fname, const char *const *valid);
 double fl_lfieldnumber(lua_State *L, int idx, const char *fname, const char *key, double def);
 /* The same without a default: whether opts[key] is there (then *out holds it; otherwise *out is untouched). */

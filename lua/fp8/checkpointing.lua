@@ -1050,7 +1050,7 @@ function M.install(Accelerator)
     if type(opts) ~= "table" then error(("load_state: options must be a table {strict=}, got %s"):format(type(opts)), 2) end
     O.check("load_state", opts, { "strict" }, 2)
     if opts.strict ~= nil and type(opts.strict) ~= "boolean" then
-      error(("load_state: strict must be true or false, got %s"):format(tostring(opts.strict)), 2)
+      error(("load_state: strict must be true or false, got %s"):format((type(opts.strict) == "string" and opts.strict or O.got(opts.strict))), 2)
     end
     local strict = opts.strict ~= false
     if dir == nil and not (pc.automatic_checkpoint_naming and pc.project_dir) then

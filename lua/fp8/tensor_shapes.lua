@@ -164,8 +164,10 @@ Tensor.take_along_dim = at_caller(function(t, idx, dim, ...)
       error(("take_along_dim: the tensor %s and indices %s do not broadcast (dim %d)"):format(t:shape_str(),
         idx:shape_str(), i), 2)
     end
-    ts[i] = i == d and a or math.max(a, b)
-    is[i] = i == d and b or math.max(a, b)
+    -- broadcast: the size that is not 1 (an empty dim against 1 stays empty, torch's; math.max gave 1 there)
+    local both = a == 1 and b or a
+    ts[i] = i == d and a or both
+    is[i] = i == d and b or both
   end
   return t:expand(ts):gather(d, idx:expand(is))
 end)

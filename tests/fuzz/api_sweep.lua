@@ -162,6 +162,13 @@ for _, v in ipairs {
   -- the backward), a tensor cast per index along its last dim (fp8.hist's axis= read), a 0-d bf16 tensor
   "fp8.tensor{{1, 0}}", "fp8.tensor{{0, 1, 0, 1}}", "fp8.tensor{{1}}:expand{1, 2}", "fp8.tensor(0)", "fp8.zeros{0, 5}",
   "fp8.ones{1, 2, 2, 3}:permute{1, 4, 2, 3}", "fp8.ones{2, 3}:quantize('e4m3', {axis = 2})", "fp8.tensor(2):to('bf16')",
+  -- (sweep 119) the channels_last forms stop 104's NHWC norms, poolings and dropout take, with sizes value 99 had not:
+  -- odd sizes and distinct values ([2, 3, 5, 7]), C = 1 (torch reads it as contiguous), N = 0, bf16 requiring grad
+  -- through the permute (a non-leaf view, N = 1), a channels_last view that is not dense (a narrow of W), and for
+  -- dot's own node (x:_dot, stop 104) a 1-d vector requiring grad
+  "fp8.arange(210):view{2, 5, 7, 3}:permute{1, 4, 2, 3}", "fp8.ones{2, 3, 3, 1}:permute{1, 4, 2, 3}",
+  "fp8.zeros{0, 3, 3, 2}:permute{1, 4, 2, 3}", "fp8.ones({1, 3, 3, 2}, 'bf16'):requires_grad(true):permute{1, 4, 2, 3}",
+  "fp8.arange(96):view{2, 4, 4, 3}:permute{1, 4, 2, 3}:narrow(4, 2, 3)", "fp8.arange(5):requires_grad(true)",
 } do VALUES[#VALUES + 1] = v end
 -- Globals the values above use, defined in the children's environment (and in a reproducer that needs them). O
 -- and T are the call's object and tensor argument. RELEASE frees them (t:free(), or close(); a table's tensor

@@ -19,7 +19,7 @@ function M.GELU:__init(approximate)
   if type(approximate) == "table" then approximate = O.check("GELU", approximate, { "approximate" }, 3).approximate end
   if approximate == nil then approximate = "none" end
   if approximate ~= "none" and approximate ~= "tanh" then
-    error(("GELU: approximate must be \"none\" or \"tanh\", got %s"):format(tostring(approximate)), 3)
+    error(("GELU: approximate must be \"none\" or \"tanh\", got %s"):format((type(approximate) == "string" and approximate or O.got(approximate))), 3)
   end
   self.approximate = approximate
 end

@@ -47,7 +47,7 @@ function Embedding:__init(num, dim, padding_idx)
   for _, what in ipairs { "num_embeddings", "embedding_dim" } do   -- a list: a nil size is checked too
     local v = what == "num_embeddings" and num or dim
     if math.type(v) ~= "integer" or v <= 0 then
-      error(("Embedding: %s must be a positive integer, got %s"):format(what, tostring(v)), 3)
+      error(("Embedding: %s must be a positive integer, got %s"):format(what, (type(v) == "string" and v or require("fp8.opts").got(v))), 3)
     end
   end
   Module._check_size("Embedding", 3, "num_embeddings * embedding_dim", num, dim)

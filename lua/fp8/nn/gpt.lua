@@ -30,7 +30,7 @@ function GPT:__init(cfg)
   O.check("GPT", cfg, VALID, 3)
   for _, k in ipairs(REQUIRED) do
     if math.type(cfg[k]) ~= "integer" or cfg[k] <= 0 then
-      error(("GPT: %s must be a positive integer, got %s"):format(k, tostring(cfg[k])), 3)
+      error(("GPT: %s must be a positive integer, got %s"):format(k, (type(cfg[k]) == "string" and cfg[k] or O.got(cfg[k]))), 3)
     end
   end
   -- (bounded as the encoder stacks' num_layers: n_layer = 2^62 built blocks for ever, each one small; sweep 111)

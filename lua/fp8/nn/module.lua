@@ -603,9 +603,14 @@ new_name = function(self, k, what)
   end
 end
 
+-- a refused name as the message shows it: a string as it is, anything else as opts.got shows it ("a table": tostring
+-- ran a table's own __tostring, and one answering no string made the refusal Lua's raw "'__tostring' must return a
+-- string", the seed-119 sweep's value 91)
+local function name_shown(name) return type(name) == "string" and name or O.got(name) end
+
 local function check_name(self, name, what)
   if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
-    error(("register_%s: name must be a non-empty string without '.', got %s"):format(what, tostring(name)), 3)
+    error(("register_%s: name must be a non-empty string without '.', got %s"):format(what, name_shown(name)), 3)
   end
 end
 
@@ -680,7 +685,7 @@ end
 -- add_module(name, m), and register_module: torch's other name for it.
 local function add_module(self, fname, name, m)
   if type(name) ~= "string" or name == "" or name:find(".", 1, true) then
-    error(("%s: name must be a non-empty string without '.', got %s"):format(fname, tostring(name)), 2)
+    error(("%s: name must be a non-empty string without '.', got %s"):format(fname, name_shown(name)), 2)
   end
   if m ~= nil and not is_module(m) then error(("%s('%s'): expected a Module, got %s"):format(fname, name, type(m)), 2) end
   if m ~= nil then check_free(self, fname, name, "submodule") end
