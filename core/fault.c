@@ -1,6 +1,8 @@
 /* fault.c — the test hook of fault.h: FP8LAB_FAULT_DIST parsed once into a few (site, from, to, rank) entries, each
  * with its own count of calls. */
 #include "fault.h"
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,16 @@ static int nfaults = -1;   /* -1: not read yet */
 /* the sites fault.h names: another name is a hook that would never fire */
 static bool known_site(const char *s) {
     return !strcmp(s, "allreduce") || !strcmp(s, "iallreduce") || !strcmp(s, "wait") || !strcmp(s, "ddp_grad");
+}
+
+/* The digits at s as a number (*end past them), or -2 where s holds none: strtol alone read '@' with no rank as rank 0
+ * and '@-1' as every process, and took a sign or blanks (stop 105) */
+static long number(const char *s, char **end) {
+    *end = (char *)s;
+    if (*s < '0' || *s > '9') return -2;
+    errno = 0;
+    const long v = strtol(s, end, 10);
+    return errno ? -2 : v;
 }
 
 static void parse(void) {
@@ -32,16 +44,16 @@ static void parse(void) {
                 if (!known_site(e)) *colon = ':', colon = NULL;
             }
             if (colon) {
-                char *end;
-                long from = strtol(colon + 1, &end, 10), to = from;
-                if (*end == '-') to = strtol(end + 1, &end, 10);
-                int rank = -1;
-                if (*end == '@') rank = (int)strtol(end + 1, &end, 10);
-                if (*end == 0 && from >= 1 && to >= from && nfaults < MAX_FAULTS) {
+                char *end = colon + 1;
+                long from = number(colon + 1, &end), to = from;
+                if (*end == '-') to = number(end + 1, &end);
+                long rank = -1;
+                if (*end == '@') rank = number(end + 1, &end);
+                if (*end == 0 && from >= 1 && to >= from && rank >= -1 && rank <= INT_MAX && nfaults < MAX_FAULTS) {
                     strcpy(faults[nfaults].site, e);
                     faults[nfaults].from = from;
                     faults[nfaults].to = to;
-                    faults[nfaults].rank = rank;
+                    faults[nfaults].rank = (int)rank;
                     nfaults++;
                     e[0] = 0;
                 }

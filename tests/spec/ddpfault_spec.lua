@@ -48,6 +48,15 @@ describe("DDP collectives that fail on one process", function()
     assert.are.equal(0, rc, text)
     assert.truthy(text:find("FP8LAB_FAULT_DIST: cannot read the entry 'allreduc:1@1'", 1, true), text)
   end)
+  -- (stop 105) strtol read '@' with no rank as rank 0, '@-1' as every process and '+1' as 1: each fired on a first
+  -- all-reduce, and the job ended there
+  it_mpi("an entry whose count or rank is not digits is said and not used", function()
+    local text, rc = job("plain", "allreduce:1@,allreduce:1@-1,allreduce:+1,allreduce: 1")
+    assert.are.equal(0, rc, text)
+    for _, e in ipairs { "allreduce:1@", "allreduce:1@-1", "allreduce:+1", "allreduce: 1" } do
+      assert.truthy(text:find("FP8LAB_FAULT_DIST: cannot read the entry '" .. e .. "'", 1, true), text)
+    end
+  end)
 
   -- control: a bucket's MPI_Iallreduce refused once in the backward is issued again in its finish (stop 102): the step
   -- fails on both (the backward failed on rank 1), the next runs, and the parameters stay alike

@@ -95,6 +95,10 @@ describe("scripts/check-omp.sh", function()
     "    #pragma omp target teams distribute parallel for",
     "        FL_PRAGMA(omp for schedule(dynamic, 1))",
     "        #pragma omp sections",
+    -- (stop 105) a directive split across lines: a backslash after omp, an FL_PRAGMA argument going on below
+    "    #pragma omp \\\n        parallel for",
+    "    FL_PRAGMA(omp\n        parallel for)",
+    "        #pragma omp for \\\n            schedule(dynamic)",
   }
   for i, line in ipairs(lines) do
     it(("fails on %q"):format(line), function()
