@@ -41,7 +41,7 @@ local function agree_retry(batch_size, err)
   local mine = tostring(err):gsub("\n.*", "")
   local diff, same = dist._rank0_difference(rank, { "call find_executable_batch_size", "batch size " .. batch_size })
   if not same then
-    local msg = ("find_executable_batch_size: rank %d %s at batch size %d (%s), where %s: the batch size can be "
+    local msg = ("find_executable_batch_size: rank %d %s at batch size %d (%s), and %s: the batch size can be "
       .. "lowered only on every process at once, at the same point (their collectives must pair), so every process "
       .. "ends here"):format(rank, what, batch_size, mine, diff or "another process did not, or at another size")
     msg = dist._first_error(n, rank, msg)
