@@ -150,6 +150,10 @@ void fl_dist_abort(const char *msg) { fl_dist_abort_status(msg, 1); }
 
 /* ---- init / exit ------------------------------------------------------------------------- */
 
+/* Collectives that MPI (or the fault hook) failed on this thread, a pairing refused (MPI_ERR_TRUNCATE) aside */
+static _Thread_local unsigned t_failures;
+unsigned fl_dist_failures(void) { return t_failures; }
+
 #ifdef FL_HAVE_MPI
 static MPI_Op op_sum16[2], op_sum8[2], op_nanmax;
 static bool ops_made;
@@ -187,6 +191,7 @@ static fl_status mpi_st(int rc, const char *what) {
     MPI_Error_string(rc, s, &len);
     int cls = 0;
     MPI_Error_class(rc, &cls);
+    if (cls != MPI_ERR_TRUNCATE) t_failures++;   /* (fl_dist_failures) */
     /* a message longer than the receive buffer: the collectives of two processes paired wrongly (one in another
      * collective, or the same one with another count), a script's error, not the network's */
     if (cls == MPI_ERR_TRUNCATE)
@@ -206,7 +211,7 @@ static fl_status mpi_st(int rc, const char *what) {
 /* FP8LAB_FAULT_DIST's failure of a collective on this rank (core/fault.h, a test hook): the call returns this error
  * without the collective (a blocking one: the others wait in it, as they would for one that failed partway) */
 #define INJECTED(site, what) \
-    if (fl_fault(site, g_rank)) \
+    if (fl_fault(site, g_rank) && ++t_failures) \
         return FL_ERR(FL_EDEVICE, "dist: %s failed on rank %d: a failure injected by FP8LAB_FAULT_DIST (a test hook)", \
                       what, g_rank)
 
@@ -371,7 +376,7 @@ fl_status fl_dist_wait(fl_dist_req *req) {
     int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
     wd_leave();
     st = mpi_st(rc, "MPI_Wait");
-    if (st == FL_OK && fl_fault("wait", g_rank))   /* (after the wait: the request is complete and freed) */
+    if (st == FL_OK && fl_fault("wait", g_rank) && ++t_failures)   /* (after the wait: the request is complete) */
         st = FL_ERR(FL_EDEVICE, "dist: MPI_Wait failed on rank %d: a failure injected by FP8LAB_FAULT_DIST (a test "
                     "hook)", g_rank);
 #endif
@@ -384,6 +389,7 @@ fl_status fl_dist_broadcast(void *buf, int64_t bytes, int root) {
     if (root < 0 || root >= g_size) return FL_ERR(FL_EINVAL, "dist: broadcast root %d outside 0..%d", root, g_size - 1);
     if (!g_init || bytes == 0) return FL_OK;
 #ifdef FL_HAVE_MPI
+    INJECTED("broadcast", "broadcast");
     wd_enter("broadcast");
     int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
     wd_leave();
@@ -397,6 +403,7 @@ fl_status fl_dist_allgather(const void *send, void *recv, int64_t bytes_each) {
     FL_TRY(check_n(bytes_each, "all_gather"));
     if (!g_init) { if (recv != send) memcpy(recv, send, (size_t)bytes_each); return FL_OK; }
 #ifdef FL_HAVE_MPI
+    INJECTED("allgather", "all_gather");
     wd_enter("all_gather");
     int rc = MPI_Allgather(send, (int)bytes_each, MPI_BYTE, recv, (int)bytes_each, MPI_BYTE, MPI_COMM_WORLD);
     wd_leave();
@@ -412,6 +419,7 @@ fl_status fl_dist_reduce_scatter(const void *send, void *recv, int64_t n_each, f
 #ifdef FL_HAVE_MPI
     MPI_Datatype mt; MPI_Op mo;
     FL_TRY(pick(dt, op, &mt, &mo));
+    INJECTED("reduce_scatter", "reduce_scatter");
     wd_enter("reduce_scatter");
     int rc = MPI_Reduce_scatter_block(send, recv, (int)n_each, mt, mo, MPI_COMM_WORLD);
     wd_leave();
@@ -424,6 +432,7 @@ fl_status fl_dist_reduce_scatter(const void *send, void *recv, int64_t n_each, f
 fl_status fl_dist_barrier(void) {
     if (!g_init) return FL_OK;
 #ifdef FL_HAVE_MPI
+    INJECTED("barrier", "barrier");
     wd_enter("barrier");
     int rc = MPI_Barrier(MPI_COMM_WORLD);
     wd_leave();

@@ -79,6 +79,12 @@ fl_status fl_dist_tensor_allgather(const fl_tensor *t, fl_tensor *out);
 void fl_dist_exit(int status);
 /* Abort the whole job now with a message (the watchdog's and fl_dist_exit's path). */
 void fl_dist_abort(const char *msg);
+
+/* How many collectives MPI (or FP8LAB_FAULT_DIST) failed on this thread so far, a pairing MPI refused
+ * (MPI_ERR_TRUNCATE: every process meets it) aside: a binding compares it before and after a collective to tell a
+ * collective that failed on this process (which ends the job, lua/l_dist.c) from a refusal before anything was
+ * sent (its arguments). */
+unsigned fl_dist_failures(void);
 /* The same, ending the job with `status` (1..255; others become 1): a rank's own exit status reaches mpirun. */
 void fl_dist_abort_status(const char *msg, int status);
 

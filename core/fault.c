@@ -14,7 +14,10 @@ static int nfaults = -1;   /* -1: not read yet */
 
 /* the sites fault.h names: another name is a hook that would never fire */
 static bool known_site(const char *s) {
-    return !strcmp(s, "allreduce") || !strcmp(s, "iallreduce") || !strcmp(s, "wait") || !strcmp(s, "ddp_grad");
+    static const char *const sites[] = { "allreduce", "iallreduce", "wait", "ddp_grad", "broadcast", "allgather",
+                                         "reduce_scatter", "barrier", NULL };
+    for (int i = 0; sites[i]; i++) if (!strcmp(s, sites[i])) return true;
+    return false;
 }
 
 /* The digits at s as a number (*end past them), or -2 where s holds none: strtol alone read '@' with no rank as rank 0
@@ -61,7 +64,8 @@ static void parse(void) {
         }
         if (len >= sizeof e || e[0]) {   /* a hook that does not take is said, not ignored */
             fprintf(stderr, "fp8lab: FP8LAB_FAULT_DIST: cannot read the entry '%.*s' (SITE:N[-M][@RANK], SITE one of "
-                    "allreduce, iallreduce, wait, ddp_grad; at most 8 entries); not used\n", (int)len, v);
+                    "allreduce, iallreduce, wait, ddp_grad, broadcast, allgather, reduce_scatter, barrier; at most 8 entries); not "
+                    "used\n", (int)len, v);
         }
         v += len;
         if (*v == ',') v++;

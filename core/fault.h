@@ -4,7 +4,8 @@
  * FP8LAB_FAULT_DIST="SITE:N[-M][@RANK][,...]": the N-th (to the M-th) call of fl_fault(SITE, rank) made on process
  * RANK (every process without @; N, M and RANK digits only) answers true, and the caller fails as it would on a real failure there. Sites:
  * "allreduce" (a blocking all-reduce), "iallreduce" (a non-blocking one's start), "wait" (its wait), "ddp_grad" (DDP's
- * new .grad tensor). Read once, at the first call; unset (every normal run), each call is one branch. */
+ * new .grad tensor), and since stop 105 "broadcast", "allgather", "reduce_scatter", "barrier" (the blocking ones of
+ * those names: a user's collectives, tests/spec/distfault_spec.lua). Read once, at the first call; unset (every normal run), each call is one branch. */
 #ifndef FL_FAULT_H
 #define FL_FAULT_H
 #include <stdbool.h>

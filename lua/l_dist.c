@@ -3,6 +3,7 @@
  * reducer of core/ddp.h as a userdata. lua/fp8/distributed.lua and lua/fp8/ddp.lua build the
  * Accelerator's data parallelism on it (docs/distributed.md). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include "l_util.h"
 #include "device.h"
@@ -18,6 +19,25 @@ static fl_red_op check_op(lua_State *L, int arg, const char *fname) {
     for (int i = 0; names[i]; i++) if (strcmp(s, names[i]) == 0) return (fl_red_op)i;
     return (fl_red_op)luaL_error(L, "%s: op must be \"sum\" or \"max\", got \"%s\"", fname, s);
 }
+
+/* A collective of a script (these bindings, and the Accelerator's utilities built on them) that MPI failed on this
+ * process (stop 105): it may have sent part of its messages, or none while the others wait in it, and MPI without
+ * ULFM (Open MPI 4.1.4) offers no agreement after it: a Lua error here would leave the others waiting until the
+ * watchdog, or meet their next collective with this process's. The job ends at once, naming the call, this rank and
+ * MPI's error, as DDP's step does (core/ddp.c's collective_failed). A refusal before anything was sent (the
+ * arguments), a pairing MPI refused (MPI_ERR_TRUNCATE, which every process meets) and NCCL's errors stay Lua errors.
+ * `before` is fl_dist_failures() taken before the collective. */
+static void collective(lua_State *L, fl_status st, unsigned before, const char *what) {
+    if (st != FL_OK && fl_dist_failures() != before) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "rank %d: %s failed (%s); the processes' collectives can no longer pair (the others "
+                 "may be waiting in it, or meet this process's next one), so the job ends", fl_dist_rank(), what,
+                 fl_last_error_detail());
+        fl_dist_abort(msg);
+    }
+    fl_lcheck(L, st);
+}
+#define COLLECTIVE(L, what, call) do { unsigned f0_ = fl_dist_failures(); collective(L, call, f0_, what); } while (0)
 
 static fl_tensor *check_comm_tensor(lua_State *L, int arg, const char *fname) {
     fl_tensor *t = fl_lchecktensor(L, arg);
@@ -66,7 +86,7 @@ static int l_info(lua_State *L) {
 static int l_rank(lua_State *L) { lua_pushinteger(L, fl_dist_rank()); return 1; }
 static int l_size(lua_State *L) { lua_pushinteger(L, fl_dist_size()); return 1; }
 static int l_local_rank(lua_State *L) { lua_pushinteger(L, fl_dist_local_rank()); return 1; }
-static int l_barrier(lua_State *L) { fl_lcheck(L, fl_dist_barrier()); return 0; }
+static int l_barrier(lua_State *L) { COLLECTIVE(L, "dist.barrier", fl_dist_barrier()); return 0; }
 
 static fl_tensor *check_cpu_tensor(lua_State *L, int arg, const char *fname) {
     fl_tensor *t = fl_lchecktensor(L, arg);
@@ -99,7 +119,9 @@ static void agree_tensors(lua_State *L, const fl_tensor *t, const char *fname, i
     }
     int size = fl_dist_size();
     comm_key *all = lua_newuserdatauv(L, sizeof k * (size_t)size, 0);
-    fl_lcheck(L, fl_dist_allgather(&k, all, sizeof k));
+    char what[96];
+    snprintf(what, sizeof what, "%s's comparison of the processes' tensors (an all_gather)", fname);
+    COLLECTIVE(L, what, fl_dist_allgather(&k, all, sizeof k));
     for (int r = 0; r < size; r++) {
         const comm_key *a = &all[r], *z = &all[0];
         if (a->scale_bits == -1)
@@ -136,7 +158,7 @@ static int l_all_reduce(lua_State *L) {
     fl_tensor *t = check_comm_tensor(L, 1, "dist.all_reduce");
     fl_red_op op = check_op(L, 2, "dist.all_reduce");
     agree_tensors(L, t, "dist.all_reduce", 0);
-    fl_lcheck(L, fl_dist_tensor_allreduce(t, op));
+    COLLECTIVE(L, "dist.all_reduce", fl_dist_tensor_allreduce(t, op));
     lua_settop(L, 1);
     return 1;
 }
@@ -167,7 +189,8 @@ static int l_all_reduce_async(lua_State *L) {
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     fl_tensor_bump(t);   /* an in-place write, as all_reduce's (core/dist.c) */
-    fl_lcheck(L, fl_dist_iallreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op, &b->r));
+    COLLECTIVE(L, "dist.all_reduce_async",
+               fl_dist_iallreduce(fl_tensor_data(t), fl_tensor_numel(t), t->dtype, op, &b->r));
     return 1;
 }
 
@@ -175,14 +198,22 @@ static int l_req_wait(lua_State *L) {
     req_box *b = luaL_checkudata(L, 1, REQ_MT);
     fl_dist_req *r = b->r;
     b->r = NULL;
-    fl_lcheck(L, fl_dist_wait(r));
+    COLLECTIVE(L, "dist.all_reduce_async's wait", fl_dist_wait(r));
     lua_getiuservalue(L, 1, 1);
     return 1;
 }
 
 static int l_req_gc(lua_State *L) {
     req_box *b = luaL_checkudata(L, 1, REQ_MT);
-    if (b->r) { fl_dist_req *r = b->r; b->r = NULL; fl_dist_wait(r); }   /* never free a buffer MPI still writes */
+    /* never free a buffer MPI still writes; a wait that failed here ends the job too (it was dropped: stop 105) */
+    if (b->r) {
+        fl_dist_req *r = b->r;
+        b->r = NULL;
+        unsigned f0 = fl_dist_failures();
+        fl_status st = fl_dist_wait(r);
+        if (st != FL_OK && fl_dist_failures() != f0)
+            collective(L, st, f0, "the wait of an all_reduce_async request collected without one");
+    }
     return 0;
 }
 
@@ -192,8 +223,9 @@ static int l_broadcast(lua_State *L) {
     lua_Integer root = luaL_optinteger(L, 2, 0);
     if (root < 0 || root >= fl_dist_size())
         return luaL_error(L, "dist.broadcast: root must be a rank in 0..%d, got %d", fl_dist_size() - 1, (int)root);
-    fl_lcheck(L, fl_dist_tensor_broadcast(t, (int)root));
-    if (t->scale_inv && fl_tensor_is_contiguous(t->scale_inv)) fl_lcheck(L, fl_dist_tensor_broadcast(t->scale_inv, (int)root));
+    COLLECTIVE(L, "dist.broadcast", fl_dist_tensor_broadcast(t, (int)root));
+    if (t->scale_inv && fl_tensor_is_contiguous(t->scale_inv))
+        COLLECTIVE(L, "dist.broadcast (the FP8 scale)", fl_dist_tensor_broadcast(t->scale_inv, (int)root));
     lua_settop(L, 1);
     return 1;
 }
@@ -206,12 +238,12 @@ static int l_broadcast_string(lua_State *L) {
     if (root < 0 || root >= fl_dist_size())
         return luaL_error(L, "dist.broadcast_string: root must be a rank in 0..%d, got %d", fl_dist_size() - 1, (int)root);
     int64_t n = (int64_t)len;
-    fl_lcheck(L, fl_dist_broadcast(&n, sizeof n, (int)root));
+    COLLECTIVE(L, "dist.broadcast_string (its length)", fl_dist_broadcast(&n, sizeof n, (int)root));
     if (n < 0 || n > (int64_t)1 << 30) return luaL_error(L, "dist.broadcast_string: bad length %lld", (long long)n);
     luaL_Buffer b;
     char *p = luaL_buffinitsize(L, &b, (size_t)n);
     if (fl_dist_rank() == root) memcpy(p, s, (size_t)n);
-    fl_lcheck(L, fl_dist_broadcast(p, n, (int)root));
+    COLLECTIVE(L, "dist.broadcast_string", fl_dist_broadcast(p, n, (int)root));
     luaL_pushresultsize(&b, (size_t)n);
     return 1;
 }
@@ -227,7 +259,7 @@ static int l_all_gather(lua_State *L) {
     else { memcpy(shape, t->shape, sizeof shape); shape[0] = t->shape[0] * size; }
     fl_tensor **box = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_empty(box, t->dtype, ndim, shape, t->device));
-    fl_lcheck(L, fl_dist_tensor_allgather(t, *box));
+    COLLECTIVE(L, "dist.all_gather", fl_dist_tensor_allgather(t, *box));
     keep_scale(L, *box, t);
     return 1;
 }
@@ -246,7 +278,8 @@ static int l_reduce_scatter(lua_State *L) {
     shape[0] /= size;
     fl_tensor **box = fl_lnewbox(L);
     FL_LCALL(L, fl_tensor_empty(box, t->dtype, t->ndim, shape, FL_DEV_CPU));
-    fl_lcheck(L, fl_dist_reduce_scatter(fl_tensor_data(t), fl_tensor_data(*box), fl_tensor_numel(*box), t->dtype, op));
+    COLLECTIVE(L, "dist.reduce_scatter",
+               fl_dist_reduce_scatter(fl_tensor_data(t), fl_tensor_data(*box), fl_tensor_numel(*box), t->dtype, op));
     keep_scale(L, *box, t);
     return 1;
 }

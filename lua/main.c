@@ -1018,6 +1018,16 @@ static int set_cpu_isa(void) {
  * process here, at its start, with libgomp's message. Each thread of the team sets up its signal stack there. */
 static void start_omp_team(void) {
 #ifdef _OPENMP
+    /* OMP_DYNAMIC=true lets libgomp size each team from the load average: one thread wherever the 15-minute load
+     * reaches the cores, a team malloc'ed at every region, which under a memory limit is libgomp's exit(1) (stop 105,
+     * docs/robustness.md); core/cpu/par.h cannot know that size beforehand. Refused by name: teams keep
+     * OMP_NUM_THREADS' count (OMP_THREAD_LIMIT and OMP_MAX_ACTIVE_LEVELS are honoured, par.h's fl_par_team). */
+    if (omp_get_dynamic()) {
+        fprintf(stderr, "%s: OMP_DYNAMIC=%s is not used: a dynamic team can be one thread, which the OpenMP runtime "
+                "allocates at every region (its exit where that fails); teams keep OMP_NUM_THREADS' count (%d)\n", progname,
+                getenv("OMP_DYNAMIC") ? getenv("OMP_DYNAMIC") : "true", omp_get_max_threads());
+        omp_set_dynamic(0);
+    }
     FL_PARALLEL(true, , use_signal_stack(););   /* each worker's own (the main thread's too); one thread: no team */
 #else
     use_signal_stack();

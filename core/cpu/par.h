@@ -28,10 +28,15 @@
 #define FL_PRAGMA(x) _Pragma(#x)
 
 /* Whether a region with this `if` condition would run on a team of two or more: never inside another region
- * (active or not: nested teams are never kept), never with one thread allowed. */
+ * (active or not: nested teams are never kept), never with one thread allowed. libgomp sizes a team from more than
+ * omp_get_max_threads() (stop 105, docs/robustness.md): OMP_THREAD_LIMIT=1 and OMP_MAX_ACTIVE_LEVELS=0 give every
+ * region one thread with OMP_NUM_THREADS=2 (both honoured here: serial), and with OMP_DYNAMIC=true libgomp takes
+ * one thread wherever the 15-minute load average reaches the cores, a size no caller can know beforehand: no team
+ * then (fp8lab's host turns dynamic teams off at its start, saying so, lua/main.c). Each is an ICV read. */
 static inline bool fl_par_team(bool cond) {
 #ifdef _OPENMP
-    return cond && omp_get_level() == 0 && omp_get_max_threads() > 1;
+    return cond && omp_get_level() == 0 && omp_get_max_threads() > 1 && omp_get_thread_limit() > 1 &&
+           omp_get_max_active_levels() > 0 && !omp_get_dynamic();
 #else
     (void)cond;
     return false;

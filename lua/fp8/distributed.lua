@@ -250,6 +250,11 @@ local function call_mismatch(fname, diff)
   if not r then return nil end
   local msg = ("%s: rank %s calls %s where rank 0 calls %s: every process must call the same collective utilities "
     .. "in the same order"):format(fname, r, theirs, ours)
+  if theirs == "find_executable_batch_size" or ours == "find_executable_batch_size" then
+    -- (stop 105) a process whose function ran out of memory, while this one went on
+    return msg .. " (a process ran out of memory in find_executable_batch_size's function where another did not: "
+      .. "the batch size can be lowered only on every process at once, so every process ends here)"
+  end
   if NOT_UTILITY[theirs] or NOT_UTILITY[ours] then
     msg = msg .. " (acc:backward, save_state and load_state are collectives too: call them on every process, not "
       .. "under `if acc:is_main_process()`)"

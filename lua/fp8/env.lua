@@ -21,7 +21,8 @@ M.OTHER = {
   FP8LAB_CPU_ISA = "the most of the CPU's instruction sets the kernels use: avx2, avx512, avx512_bf16 or amx (all)",
   FP8LAB_SCHEMA_SELFTEST = "test only: the settings table's self-test row",
   FP8LAB_TEST_DNNL_OOM = "test only: a oneDNN call (memory_create, execute[:N]) that answers out of memory",
-  FP8LAB_FAULT_DIST = "test only: a collective (allreduce, iallreduce, wait) or DDP's new .grad (ddp_grad) that fails "
+  FP8LAB_FAULT_DIST = "test only: a collective (allreduce, iallreduce, wait, broadcast, allgather, reduce_scatter, barrier) "
+    .. "or DDP's new .grad (ddp_grad) that fails "
     .. "on one process, SITE:N[-M][@RANK],... (core/fault.h)",
   FP8LAB_BIN = "test suite: the binary under test", FP8LAB_EXE = "test suite: the binary the API sweep runs",
   FP8LAB_TEST_DEVICE = "test suite: the device the GPU specs compare against",

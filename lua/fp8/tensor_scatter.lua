@@ -243,8 +243,15 @@ end)
 Tensor.index_copy = at_caller(function(t, dim, index, source, ...)
   no_more("index_copy", "(dim, index, source)", ...)
   local d, idx, full, t1 = spread("index_copy", t, dim, index)
-  -- torch's: a 0-d source into a 0-d or 1-d tensor is one slice (as [1]: the index must name one position)
-  if t:dim() <= 1 and core.is_tensor(source) and source:dim() == 0 then source = one_d(source) end
+  -- torch's: a 0-d source into a 0-d or 1-d tensor is one slice (as [1]: the index must name one position); an index
+  -- of another length is named against the 0-d shape given, not the [1] it is read as (before stop 105: "got [1]")
+  if t:dim() <= 1 and core.is_tensor(source) and source:dim() == 0 then
+    if full[d] ~= 1 then
+      error(("index_copy: a 0-d source (shape []) is one slice: the index must have one element, got %d (torch's "
+        .. "rule)"):format(full[d]))
+    end
+    source = one_d(source)
+  end
   check_source("index_copy", t, d, source, full)
   local r = call("index_copy", t1.scatter, t1, d, idx, source)
   return t:dim() == 0 and r:reshape {} or r

@@ -127,3 +127,32 @@ TEST(par_nested_regions_serial) {
     CHECK(outer >= 1, "the outer region ran on %d threads", outer);
     omp_set_num_threads(saved);
 }
+
+/* Teams libgomp sizes below omp_get_max_threads() (stop 105): with max-active-levels 0 every region gets one thread,
+ * with dynamic teams libgomp may give one where the load average reaches the cores; both run serially (no team of
+ * one opened: level 0 in the body) with the team's results. OMP_THREAD_LIMIT=1 is the environment's alone
+ * (omp_get_thread_limit has no setter): omp_team_spec runs a child under it. */
+TEST(par_teams_libgomp_would_shrink_run_serially) {
+    const int saved = omp_get_max_threads(), saved_levels = omp_get_max_active_levels();
+    const int saved_dyn = omp_get_dynamic();
+    par_run *r = malloc(sizeof *r);
+    REQUIRE(r, "out of memory");
+    omp_set_num_threads(2);
+    omp_set_max_active_levels(0);
+    CHECK(!fl_par_team(true), "a team with max-active-levels 0");
+    run_regions(r, true);
+    check_results(fl__failed, r, "max-active-levels 0");
+    CHECK(r->levels_seen == 0 && r->nthr_seen == 1, "max-active-levels 0: level %d, %d threads", r->levels_seen,
+          r->nthr_seen);
+    omp_set_max_active_levels(saved_levels > 0 ? saved_levels : 1);
+    omp_set_dynamic(1);
+    CHECK(!fl_par_team(true), "a team with dynamic teams on");
+    run_regions(r, true);
+    check_results(fl__failed, r, "dynamic");
+    CHECK(r->levels_seen == 0 && r->nthr_seen == 1, "dynamic: level %d, %d threads", r->levels_seen, r->nthr_seen);
+    omp_set_dynamic(saved_dyn);
+    omp_set_max_active_levels(saved_levels);
+    CHECK(fl_par_team(true), "no team with two threads after");
+    omp_set_num_threads(saved);
+    free(r);
+}

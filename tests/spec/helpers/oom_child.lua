@@ -58,11 +58,13 @@ acc:save_state(dir)
 end
 
 -- runs PRELUDE .. code (code alone: bare) in a child under `ulimit -v` limit KB (400000 unless given) on threads
--- OpenMP threads (2 unless given), killed after secs seconds (60 unless given): its output, stderr and exit status
-function O.child(code, limit, bare, threads, secs)
+-- OpenMP threads (2 unless given), killed after secs seconds (60 unless given), with env (more VAR=value words, e.g.
+-- "OMP_THREAD_LIMIT=1") in its environment: its output, stderr and exit status
+function O.child(code, limit, bare, threads, secs, env)
   local out, err = os.tmpname(), os.tmpname()
-  local _, _, rc = os.execute(("ulimit -v %d; OMP_NUM_THREADS=%d timeout -s KILL %d %s -e %s </dev/null >%s 2>%s")
-    :format(limit or 400000, threads or 2, secs or 60, U.q(BIN), U.q(bare and code or O.PRELUDE .. code), out, err))
+  local _, _, rc = os.execute(("ulimit -v %d; OMP_NUM_THREADS=%d %s timeout -s KILL %d %s -e %s </dev/null >%s 2>%s")
+    :format(limit or 400000, threads or 2, env or "", secs or 60, U.q(BIN), U.q(bare and code or O.PRELUDE .. code),
+      out, err))
   return U.take(out), U.take(err), rc
 end
 
