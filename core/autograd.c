@@ -407,8 +407,9 @@ static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf,
 }
 
 fl_status fl_tensor_detach(fl_tensor **out, const fl_tensor *t) {
-    /* A view header over the same storage: the layout functions never copy history. */
-    return fl_tensor_view(out, t, t->ndim, t->shape);
+    /* A header over the same storage with t's strides (torch's detach keeps them all; a view of the same shape
+     * recomputed a size-1 dim's, stop 105); the layout functions never copy history. */
+    return fl_tensor_alias(out, t);
 }
 
 void fl_tensor_zero_grad(fl_tensor *t) {
