@@ -33,6 +33,9 @@ local OPS = {
   bn_train = function(x) return F.batch_norm(x, nil, nil, nil, nil, true, 0.1, 1e-5) end,
   maxp = function(x) return F.max_pool2d(x, 2) end,
   avgp = function(x) return F.avg_pool2d(x, 2) end,
+  aap1 = function(x) return F.adaptive_avg_pool2d(x, 1) end,
+  aap = function(x) return F.adaptive_avg_pool2d(x, { 2, 3 }) end,
+  amp = function(x) return F.adaptive_max_pool2d(x, { 2, 3 }) end,
 }
 
 local function input(S)
