@@ -407,8 +407,9 @@ static fl_status pending_flush(leaf_pending *p, size_t n, const fl_tensor *leaf,
 }
 
 fl_status fl_tensor_detach(fl_tensor **out, const fl_tensor *t) {
-    /* A view header over the same storage: the layout functions never copy history. */
-    return fl_tensor_view(out, t, t->ndim, t->shape);
+    /* A header over the same storage with t's strides (torch's detach keeps them all; a view of the same shape
+     * recomputed a size-1 dim's, stop 105); the layout functions never copy history. */
+    return fl_tensor_alias(out, t);
 }
 
 void fl_tensor_zero_grad(fl_tensor *t) {
@@ -523,13 +524,15 @@ static fl_status accumulate(fl_tensor **acc, const fl_tensor *g) { return accumu
  * (it passes the gradient on) and conv2d's (its direct route reads the output gradient NHWC; the input's gradient
  * channels-last where the conv is, as torch's); since stop 104 the norms', poolings' and dropout's that keep a
  * channels_last input's layout (core/nn.c, max_pool.c, avg_pool.c: they read the gradient NHWC for such an input,
- * contiguous otherwise, copying only one in another layout). Every other node takes grad_out contiguous
+ * contiguous otherwise, copying only one in another layout); since stop 105 a transpose's (its backward is the same
+ * transpose of the gradient, a view: a permute's chain of them made the gradient contiguous at each link, a copy per
+ * link, and a channels_last input's gradient came out in neither layout). Every other node takes grad_out contiguous
  * (autograd.h). */
 static bool node_takes_dense(const fl_node *nd) {
     static const char *const names[] = { "ReluBackward", "SiluBackward", "GeluBackward", "AddBackward", "SubBackward",
                                          "MulBackward", "DivBackward", "ToBackward", "ConvolutionBackward",
                                          "BatchNormBackward", "GroupNormBackward", "MaxPool2DWithIndicesBackward",
-                                         "AvgPool2DBackward", "DropoutBackward" };
+                                         "AvgPool2DBackward", "DropoutBackward", "TransposeBackward" };
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (nd->name && strcmp(nd->name, names[i]) == 0) return true;
     return false;

@@ -292,6 +292,43 @@ static fl_status drop_dim(fl_tensor **r, const fl_tensor *a, int dim) {
 }
 
 /* squares: the sum of a·a (device entry sum_squares; op is FL_OP_SUM) */
+/* dim's reduction of a dense a that is not contiguous (a channels_last x, a transpose) in a's memory order, where the
+ * dims kept follow each other there in their own order (so the result's contiguous layout is that order): *c the
+ * contiguous [outer, size, inner] that a's memory is (an alias, no copy) and *cdim 1; *c NULL where the layout does
+ * not allow it (stop 105: adaptive_avg_pool2d's global mean of a channels_last x, [N, C, H·W] at {H·W·C, 1, C},
+ * copied x contiguous first). The device then sums along dim in its strided order where the copy's run was
+ * contiguous: the same fp32 result unless the double sums had to round (magnitudes spanning more than about 2^29),
+ * as for a channels_last sum() (docs/lua-api.md). */
+static fl_status memory_order_view(fl_tensor **c, int *cdim, const fl_tensor *a, int dim) {
+    *c = NULL;
+    if (a->shape[dim] < 2 || !dense_alike(a, NULL)) return FL_OK;
+    int perm[FL_MAX_DIMS], n = 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != 1) perm[n++] = i;
+    for (int i = 1; i < n; i++)   /* outermost first (a dense tensor's dims of size > 1 have distinct strides) */
+        for (int j = i; j > 0 && a->stride[perm[j - 1]] < a->stride[perm[j]]; j--) {
+            const int k = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = k;
+        }
+    int64_t outer = 1, inner = 1;
+    int last = -1;
+    bool after = false;
+    for (int i = 0; i < n; i++) {
+        const int d = perm[i];
+        if (d == dim) { after = true; continue; }
+        if (d < last) return FL_OK;   /* the kept dims out of their order: the result's order is not the memory's */
+        last = d;
+        if (after) inner *= a->shape[d];
+        else outer *= a->shape[d];
+    }
+    FL_TRY(fl_tensor_alias(c, a));
+    const int64_t size = a->shape[dim];
+    (*c)->ndim = 3;
+    (*c)->shape[0] = outer; (*c)->shape[1] = size; (*c)->shape[2] = inner;
+    (*c)->stride[0] = size * inner; (*c)->stride[1] = inner; (*c)->stride[2] = 1;
+    *cdim = 1;
+    return FL_OK;
+}
+
 static fl_status reduce_impl(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim, bool squares) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "unknown reduction %d", (int)op);
@@ -317,9 +354,14 @@ static fl_status reduce_impl(fl_tensor **out, fl_redop op, const fl_tensor *a, i
      * order, as torch's TensorIterator does (stop 101), where it was copied to a contiguous tensor first: sum 4-7x
      * the contiguous time. A sum's order is then memory's, not the indices': its bits may differ from the contiguous
      * tensor's in the last place (torch's do too), and are the same on any number of threads (docs/lua-api.md). */
-    if (st == FL_OK) st = all && dense_alike(a, NULL) ? fl_tensor_flat(&c, a) : fl_tensor_contiguous(&c, a);
+    int cdim = all ? -1 : dim;
+    if (st == FL_OK && !all) st = memory_order_view(&c, &cdim, a, dim);
+    if (st == FL_OK && !c) {
+        cdim = all ? -1 : dim;
+        st = all && dense_alike(a, NULL) ? fl_tensor_flat(&c, a) : fl_tensor_contiguous(&c, a);
+    }
     if (st == FL_OK && fl_tensor_numel(r) > 0)
-        st = squares ? dev->sum_squares(r, c, all ? -1 : dim) : dev->reduce(op, r, c, all ? -1 : dim);
+        st = squares ? dev->sum_squares(r, c, cdim) : dev->reduce(op, r, c, cdim);
     fl_tensor_release(c);
     if (st == FL_OK && !all && !keepdim) st = drop_dim(&r, a, dim);
     if (st != FL_OK) { fl_tensor_release(r); return st; }

@@ -585,6 +585,11 @@ fl_status fl_tensor_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t
     return FL_OK;
 }
 
+fl_status fl_tensor_alias(fl_tensor **out, const fl_tensor *t) {
+    *out = NULL;
+    return view_header(out, t);
+}
+
 fl_status fl_tensor_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start, int64_t length) {
     *out = NULL;
     if (t->ndim == 0) return FL_ERR(FL_EINVAL, "narrow: cannot narrow a 0-d tensor");

@@ -141,6 +141,10 @@ fl_status fl_tensor_reshape(fl_tensor **out, const fl_tensor *t, int ndim, const
 fl_status fl_tensor_transpose(fl_tensor **out, const fl_tensor *t, int d0, int d1); /* negative dims count from the end */
 fl_status fl_tensor_select(fl_tensor **out, const fl_tensor *t, int dim, int64_t index); /* drops dim */
 fl_status fl_tensor_narrow(fl_tensor **out, const fl_tensor *t, int dim, int64_t start, int64_t length);
+/* A new header over t's storage with t's shape, strides (those of size-1 dims too, which view recomputes), offset and
+ * scale, without t's history: torch's alias, which detach and .data give (stop 105: a channels_last [1, C, H, W]
+ * detached through view got {C, 1, W·C, C} for N's stride, read as contiguous by torch's rule) */
+fl_status fl_tensor_alias(fl_tensor **out, const fl_tensor *t);
 /* Broadcast view to `shape` (stride 0 on expanded dims); error names both shapes. */
 fl_status fl_tensor_expand(fl_tensor **out, const fl_tensor *t, int ndim, const int64_t *shape);
 /* Contiguous tensor with the same values: t itself (retained) when already contiguous. */

@@ -390,6 +390,12 @@ static int m_numel(lua_State *L) { lua_pushinteger(L, fl_tensor_numel(fl_lcheckn
 static int m_dtype(lua_State *L) { lua_pushstring(L, fl_format(fl_lchecknoargs(L, "dtype")->dtype)->name); return 1; }
 static int m_device(lua_State *L) { lua_pushstring(L, fl_device_name(fl_lchecknoargs(L, "device")->device)); return 1; }
 static int m_is_contiguous(lua_State *L) { lua_pushboolean(L, fl_tensor_is_contiguous(fl_lchecknoargs(L, "is_contiguous"))); return 1; }
+/* x:_channels_last() -> bool: torch's suggest_memory_format guess from a 4-D x's strides (fl_tensor_is_channels_last;
+ * an N111 shape whose strides fit both reads as NCHW), for the Lua composites that keep the layout (adaptive_pool.lua) */
+static int m_channels_last(lua_State *L) {
+    lua_pushboolean(L, fl_tensor_is_channels_last(fl_lchecknoargs(L, "_channels_last")));
+    return 1;
+}
 static int m_is_fp8(lua_State *L) { lua_pushboolean(L, fl_format(fl_lchecknoargs(L, "is_fp8")->dtype)->is_fp8); return 1; }
 static int m_shape_str(lua_State *L) { fl_tensor *t = fl_lchecknoargs(L, "shape_str"); fl_lpushshape(L, t->ndim, t->shape); return 1; }
 
@@ -1449,7 +1455,7 @@ static int m_qstats(lua_State *L) {
 
 static const luaL_Reg methods[] = {
     {"shape", m_shape}, {"size", m_size}, {"stride", m_stride}, {"dim", m_dim}, {"numel", m_numel},
-    {"dtype", m_dtype}, {"device", m_device}, {"is_contiguous", m_is_contiguous}, {"is_fp8", m_is_fp8},
+    {"dtype", m_dtype}, {"device", m_device}, {"is_contiguous", m_is_contiguous}, {"_channels_last", m_channels_last}, {"is_fp8", m_is_fp8},
     {"shape_str", m_shape_str},
     {"free", m_free_method}, {"is_released", m_is_released},
     {"view", m_view}, {"reshape", m_reshape}, {"transpose", m_transpose}, {"t", m_t},

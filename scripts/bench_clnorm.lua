@@ -1,5 +1,6 @@
 -- bench_clnorm.lua REPS DTYPE LAYOUT (cl or nchw): docs/performance.md "channels_last through norms and pooling (stop
--- 104)": batch_norm (training), group_norm, max_pool2d, avg_pool2d and dropout, forward and backward, on
+-- 104)" and "The bf16 channels_last CNN step on Zen 3 (stop 105)": batch_norm (training), group_norm, max_pool2d,
+-- avg_pool2d, dropout and (stop 105) adaptive_avg_pool2d to 1×1 and adaptive_max_pool2d to 5×5, forward and backward, on
 -- [16, 64, 32, 32], and a small CNN's training step with them (conv3x3 + batch_norm + relu + max_pool2d, twice, then
 -- adaptive_avg_pool2d to 1×1 and a linear head), each the fastest of REPS calls after one warm-up (process CPU time,
 -- ms; run it with OMP_NUM_THREADS=1)
@@ -37,6 +38,9 @@ local rows = {
   { "max_pool2d", fb(function(t) return F.max_pool2d(t, 2) end) },
   { "avg_pool2d", fb(function(t) return F.avg_pool2d(t, 2) end) },
   { "dropout", fb(function(t) return F.dropout(t, 0.5, true) end) },
+  -- (stop 105) the adaptive poolings: a CNN head's global average, and overlapping windows (32 -> 5: a gather)
+  { "adaptive_avg_pool2d_1", fb(function(t) return F.adaptive_avg_pool2d(t, 1) end) },
+  { "adaptive_max_pool2d_5", fb(function(t) return F.adaptive_max_pool2d(t, 5) end) },
 }
 for _, r in ipairs(rows) do io.write(("%s %.3f\n"):format(r[1], best(r[2]))) end
 -- the CNN step: [16, 3, 32, 32] -> conv 32 -> bn -> relu -> pool -> conv 64 -> bn -> relu -> pool -> gap -> linear 10

@@ -152,6 +152,47 @@ static void ref_reduce(const float *v, int64_t outer, int64_t size, int64_t inne
     }
 }
 
+/* A dense tensor that is not contiguous, reduced along each dim (stop 105: cpu_reduce.c reads it in memory order, no
+ * copy, where the kept dims keep their order in memory; here dims 1 and 2 of the [4, 5, 6] transpose of a contiguous
+ * [4, 6, 5], and dim 0 the copy's route): every op against double loops over the contiguous values, fp32 and bf16 */
+TEST(ops_reductions_dense_permuted_vs_double) {
+    const int64_t s[3] = { 4, 6, 5 };   /* a's; at = a.transpose(1, 2): [4, 5, 6] at strides {30, 1, 5} */
+    for (int dti = 0; dti < 2; dti++) {
+        const fl_dtype dt = dti ? FL_BF16 : FL_F32;
+        fl_tensor *a = randt(3, s, dt, 23), *at = NULL, *r = NULL;
+        REQUIRE_OK(fl_tensor_transpose(&at, a, 1, 2));
+        float *v = values(a);   /* (bf16: the rounded values, exact in fp32) */
+        const int64_t ts[3] = { 4, 5, 6 };
+        for (int op = 0; op < FL_REDOP_COUNT; op++)
+            for (int dim = 0; dim < 3; dim++) {
+                REQUIRE_OK(fl_reduce(&r, (fl_redop)op, at, dim, false));
+                float *got = values(r);
+                int bad = 0;
+                const int k0 = dim == 0 ? 1 : 0, k1 = dim == 2 ? 1 : 2;   /* the kept dims of at, in order */
+                for (int64_t i = 0; i < ts[k0]; i++)
+                    for (int64_t j = 0; j < ts[k1]; j++) {
+                        double sum = 0, mx = -INFINITY, mn = INFINITY, am = 0;
+                        for (int64_t q = 0; q < ts[dim]; q++) {
+                            int64_t id[3];
+                            id[dim] = q; id[k0] = i; id[k1] = j;
+                            const double x = v[id[0] * 30 + id[2] * 5 + id[1]];   /* at[n, l, c] = a[n, c, l] */
+                            sum += x; mx = x > mx ? x : mx; mn = x < mn ? x : mn; am = fabs(x) > am ? fabs(x) : am;
+                        }
+                        const double e = op == 0 ? sum : op == 1 ? sum / (double)ts[dim] : op == 2 ? mx : op == 3 ? mn : am;
+                        const float g = got[i * ts[k1] + j];
+                        /* bf16 results: one rounding of the fp32 value */
+                        bad += fabs(g - e) > (dt == FL_BF16 ? 1.0 / 128 : 1e-6) * (1 + fabs(e));
+                    }
+                CHECK(bad == 0, "%s %s dim %d: %d wrong", fl_format(dt)->name, fl_redop_names[op], dim, bad);
+                free(got);
+                fl_tensor_release(r);
+            }
+        free(v);
+        fl_tensor_release(at);
+        fl_tensor_release(a);
+    }
+}
+
 TEST(ops_reductions_vs_double) {
     int64_t s[3] = { 5, 7, 300 };
     fl_tensor *a = randt(3, s, FL_F32, 11), *at, *r;

@@ -46,10 +46,9 @@ local function ops(C)
   }
 end
 
--- left (stop 103): the adaptive poolings, composites of reshape, index_select and reductions in
--- lua/fp8/nn/adaptive_pool.lua, still give a contiguous result and gradient where torch's are channels_last; their
--- values are checked, not their strides
-local LEFT = { aap = true, aap1 = true, amp = true }
+-- (stop 105: the adaptive poolings, left at stop 103 and 104 with contiguous results and gradients, now give torch's
+-- strides too: a channels_last result and gradient, but for the 1×1 average's gradient, contiguous as torch's)
+local LEFT = {}
 
 -- y = op(x) of the leaf's x = leaf * 1 and y:backward(gy): y, the gradient x's hook saw, the running statistics
 local function run(op, x0, gy, C, layout)

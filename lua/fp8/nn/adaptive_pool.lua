@@ -4,8 +4,10 @@
 -- n). A rectangle's mean or max is the mean or max over its rows of the mean or max over its columns, so a 2-d pool
 -- is two 1-d ones; each gathers its windows (padded to the longest by repeating the last position, which neither
 -- the max nor the masked mean counts twice) with index_select, so gradients flow as torch's. Where m divides n the
--- windows are a reshape, with no gather. Elementwise throughout: autocast leaves it in the input's precision, as
--- torch's; bf16/fp16 are pooled in fp32 and rounded once. return_indices is refused.
+-- windows are a reshape, with no gather. A 1×1 average is torch's one mean over H·W. A channels_last input is pooled
+-- in its memory ([N, H, W, C]) and gives a channels_last result and gradient, as torch's (stop 105). Elementwise
+-- throughout: autocast leaves it in the input's precision, as torch's; bf16/fp16 are pooled in fp32 and rounded
+-- once. return_indices is refused.
 local fp8 = require "fp8.core"
 local Module = require "fp8.nn.module"
 local F = require "fp8.nn.functional"
@@ -54,8 +56,27 @@ local function adaptive(fname, dims, x, output_size, is_max)
     end
   end
   local dt = xb:dtype()
-  local y = (dt == "bf16" or dt == "fp16") and xb:float() or xb   -- computed in fp32, rounded once
-  for i = dims, 1, -1 do y = G.adaptive_dim(y, 2 + i, size[i], is_max) end
+  local cl = dims == 2 and xb:_channels_last()   -- torch's suggest_memory_format of xb
+  local y = (dt == "bf16" or dt == "fp16") and xb:float() or xb   -- computed in fp32, rounded once (layout kept)
+  local N, C, H, W = y:size(1), y:size(2), y:size(3), dims == 2 and y:size(4) or 1
+  if dims == 2 and not is_max and size[1] == 1 and size[2] == 1 and H * W > 1 then
+    -- torch's global pool: one mean over H·W (a view of either layout; the reduction reads a channels_last x in
+    -- its memory order), its result [N, C, 1, 1] channels_last for a channels_last x ({C, 1, C, C}) and its
+    -- gradient contiguous (MeanBackward's expand), as torch 2.15's
+    y = y:reshape({ N, C, H * W }):mean(3)
+    if y:dtype() ~= dt then y = y:to(dt) end   -- (before the permute: to() of [N, C, 1, 1] drops {C, 1, C, C})
+    y = cl and y:reshape({ N, 1, 1, C }):permute(1, 4, 2, 3) or y:reshape({ N, C, 1, 1 })
+  elseif cl then
+    -- channels_last: the windows of the contiguous [N, H, W, C] view of x's memory, W then H as below (the same
+    -- sums and maxima in the same order), permuted back: a channels_last result and gradient, as torch 2.15's, with
+    -- no layout copy
+    y = y:permute(1, 3, 4, 2)
+    y = G.adaptive_dim(G.adaptive_dim(y, 3, size[2], is_max), 2, size[1], is_max)
+    if y:dtype() ~= dt then y = y:to(dt) end
+    y = y:permute(1, 4, 2, 3)
+  else
+    for i = dims, 1, -1 do y = G.adaptive_dim(y, 2 + i, size[i], is_max) end
+  end
   if y:dtype() ~= dt then y = y:to(dt) end
   return unb and y:squeeze(1) or y
 end
