@@ -177,10 +177,10 @@ static inline __attribute__((always_inline)) __m256 gelu_far8_any(__m256 v) {
     return _mm256_movemask_ps(big) ? gelu_far8(v) : gelu_far8_mid(v);
 }
 
-#define GELU_TILE 1024   /* elements a tile: x's, the packed erfc lanes' and y's 4 KiB each stay in L1 */
+#define GELU_TILE 1024   /* elements a tile: x's, the erf results' and the packed erfc lanes' 4 KiB each stay in L1 */
 
 void fl_cpu_gelu_erf_fwd_avx2(const float *x, float *y, int64_t n) {
-    float packed[GELU_TILE + 8] __attribute__((aligned(32)));
+    float packed[GELU_TILE + 8] __attribute__((aligned(32))), near[GELU_TILE] __attribute__((aligned(32)));
     uint8_t masks[GELU_TILE / 8];
     const __m256i nibble = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     const __m256i to_sign = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
@@ -188,21 +188,23 @@ void fl_cpu_gelu_erf_fwd_avx2(const float *x, float *y, int64_t n) {
         const int64_t len = n - i0 < GELU_TILE ? n - i0 : GELU_TILE, nb = len / 8;
         const float *xt = x + i0;
         float *yt = y + i0;
-        /* erf's side for every lane, into y; the erfc lanes (z ≥ 0.5, or NaN) packed */
+        /* erf's side for every lane, into a buffer in L1 (y is written once, below); the erfc lanes (z ≥ 0.5, or
+         * NaN) packed */
         int np = 0;
         for (int64_t b = 0; b < nb; b++) {
             const __m256 v = _mm256_loadu_ps(xt + 8 * b);
             const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(C8(-0.0f), v), C8(0.70710678118654752f));
             const int m = _mm256_movemask_ps(_mm256_cmp_ps(z, C8(0.5f), _CMP_NLT_UQ));
             masks[b] = (uint8_t)m;
-            _mm256_storeu_ps(yt + 8 * b, gelu_near8(v, z));
+            _mm256_store_ps(near + 8 * b, gelu_near8(v, z));
             const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)PACK[m]), nibble);
             _mm256_storeu_ps(packed + np, _mm256_permutevar8x32_ps(v, idx));
             np += __builtin_popcount((unsigned)m);
         }
         _mm256_storeu_ps(packed + np, _mm256_setzero_ps());   /* the last vector's unused lanes: defined values */
         /* erfc's side of the packed lanes; meanwhile the next tile's x and y are asked into the caches, which the
-         * loop above would otherwise wait on (measured: ~25% of the time on [4096, 1024]) */
+         * loops above and below would otherwise wait on (a lab copy on [4096, 1024], one thread, Zen 3: 6.3-8.5 ms
+         * without, 4.8-7.2 with; docs/performance.md) */
         int64_t ahead = i0 + GELU_TILE;   /* the next element to ask for, two lines of x and of y a vector */
         for (int k = 0; k < np; k += 8) {
             if (ahead < n) {
@@ -214,15 +216,14 @@ void fl_cpu_gelu_erf_fwd_avx2(const float *x, float *y, int64_t n) {
             }
             _mm256_store_ps(packed + k, gelu_far8_any(_mm256_load_ps(packed + k)));
         }
-        /* each block's erfc lanes back in their places */
+        /* y: each block's erf lanes with its erfc lanes put back in their places */
         int pp = 0;
         for (int64_t b = 0; b < nb; b++) {
             const int m = masks[b];
-            if (!m) continue;
             const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)UNPACK[m]), nibble);
             const __m256 f = _mm256_permutevar8x32_ps(_mm256_loadu_ps(packed + pp), idx);
             const __m256 sel = _mm256_castsi256_ps(_mm256_sllv_epi32(_mm256_set1_epi32(m), to_sign));
-            _mm256_storeu_ps(yt + 8 * b, _mm256_blendv_ps(_mm256_loadu_ps(yt + 8 * b), f, sel));
+            _mm256_storeu_ps(yt + 8 * b, _mm256_blendv_ps(_mm256_load_ps(near + 8 * b), f, sel));
             pp += __builtin_popcount((unsigned)m);
         }
         if (len > 8 * nb) {   /* the last few: both forms on one padded vector (a scalar v·Φ may give a NaN v's
