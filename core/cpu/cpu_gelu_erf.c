@@ -203,7 +203,7 @@ void fl_cpu_gelu_erf_fwd_avx2(const float *x, float *y, int64_t n) {
         }
         _mm256_storeu_ps(packed + np, _mm256_setzero_ps());   /* the last vector's unused lanes: defined values */
         /* erfc's side of the packed lanes; meanwhile the next tile's x and y are asked into the caches, which the
-         * loops above and below would otherwise wait on (a lab copy on [4096, 1024], one thread, Zen 3: 6.3-8.5 ms
+         * loops above and below would otherwise wait on (a lab copy on [4096, 1024], one thread, Zen 3: 6.4-8.5 ms
          * without, 4.8-7.2 with; docs/performance.md) */
         int64_t ahead = i0 + GELU_TILE;   /* the next element to ask for, two lines of x and of y a vector */
         for (int k = 0; k < np; k += 8) {
