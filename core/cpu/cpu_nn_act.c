@@ -178,12 +178,24 @@ FL_VM_MAPS(gelu_erf1_d)
 FL_VM_MAPS(fl_vm_silu)
 FL_VM_MAPS(fl_vm_silu_grad)
 
+/* The forward's map: without AVX-512, the kernel that runs only the form of Φ each lane takes (cpu_gelu_erf.c, the
+ * same bits; ~0.7× the time of map256's both forms on Zen 3) */
+static inline void gelu_erf1_map(const float *x, float *y, int64_t n, bool wide) {
+#ifdef __x86_64__
+    if (!wide) {
+        fl_cpu_gelu_erf_fwd_avx2(x, y, n);
+        return;
+    }
+#endif
+    map_gelu_erf1(x, y, n, wide);
+}
+
 void fl_cpu_gelu_fwd(const float *x, float *y, int64_t n, int approx) {
     const bool wide = fl_cpu_avx512();
     if (approx) {
         ACT_SPANS(if (wide) gelu_tanh_fwd_span512(x + i0, y + i0, len); else gelu_tanh_fwd_span(x + i0, y + i0, len));
     } else {
-        ACT_SPANS(map_gelu_erf1(x + i0, y + i0, len, wide));
+        ACT_SPANS(gelu_erf1_map(x + i0, y + i0, len, wide));
     }
 }
 
@@ -258,7 +270,7 @@ static void act_bf16_span(int kind, const uint16_t *x, float *y, uint16_t *y16, 
         case FL_ACT_RELU:
             for (int64_t i = 0; i < m; i++) yo[i] = !(xb[i] <= 0.0f) ? xb[i] : 0.0f;   /* fl_cpu_relu_fwd's */
             break;
-        case FL_ACT_GELU: map_gelu_erf1(xb, yo, m, wide); break;
+        case FL_ACT_GELU: gelu_erf1_map(xb, yo, m, wide); break;
         case FL_ACT_GELU_TANH:
             if (wide) gelu_tanh_fwd_span512(xb, yo, m); else gelu_tanh_fwd_span(xb, yo, m);
             break;

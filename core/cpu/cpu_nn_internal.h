@@ -14,6 +14,12 @@
 /* Below this many elements a kernel stays on one thread (thread start-up costs more than it saves). */
 #define FL_NN_PAR_MIN (1 << 16)
 
+#ifdef __x86_64__
+/* y = v·Φ(v) (the exact GELU) of n floats on AVX2 + FMA, lanes sorted by Φ's form (cpu_gelu_erf.c): the bits of
+ * cpu_vmath.h's fl_vm_normal_cdf, as FL_VM_MAPS's AVX2 loop gives them. One thread. */
+void fl_cpu_gelu_erf_fwd_avx2(const float *x, float *y, int64_t n);
+#endif
+
 /* bf16 attention (cpu_nn_attn_bf16.c): heads with AVX-512 BF16 dot products, as fl_cpu_sdpa_causal_fwd/bwd
  * specify under bf16, or where the CPU has not got them (or fl_cpu_avx512() disallows AVX-512) the AVX2 + FMA
  * family below; FL_ENOMEM when a thread's buffers cannot be had. Used when available (one of the families

@@ -7,6 +7,7 @@
 #include "runner.h"
 #include "cpu/cpu_nn.h"
 #include "cpu/cpu_internal.h"
+#include "cpu/cpu_nn_internal.h"
 #include "cpu/cpu_vmath.h"
 #include "ops.h"
 #include "tensor.h"
@@ -225,3 +226,73 @@ TEST(vmath_exp_log_blocks_with_special_inputs) {
     fl_cpu_avx512_allowed = true;
     free(x); free(e);
 }
+
+#ifdef __x86_64__
+/* cpu_gelu_erf.c's AVX2 forward (each block's lanes packed by Φ's form, erfc's side run on the packed lanes alone,
+ * |v| ≤ 13 by a shorter road) against the scalar v·fl_vm_normal_cdf(v) bit for bit, and against float64's v·Φ(v)
+ * within vmath_against_double's GELU bar: every one of the 256 patterns of erf and erfc lanes in a block, with
+ * values at the forms' switch (|v| = 0.5·√2), at and past the short road's end (13), past −104/2's flush, ±inf,
+ * NaN and subnormals; lengths 0-40 at odd offsets; tiles' ends (1024 elements); and a sample of every float. */
+static int gelu_avx2_diff(const float *x, int64_t n, double *worst_ulp) {
+    float *y = malloc((size_t)(n + 1) * 4);
+    fl_cpu_gelu_erf_fwd_avx2(x, y, n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float g;
+        const float a = x[i] * fl_vm_normal_cdf(x[i], &g);
+        bad += memcmp(&a, &y[i], 4) != 0;
+        const double v = x[i];
+        if (worst_ulp && fabs(v) < 3e38) {
+            bool tiny;
+            const double r = v * ref_cdf(v), e = ulps(y[i], r, r, &tiny);
+            if (!tiny && e > *worst_ulp) *worst_ulp = e;
+        }
+    }
+    free(y);
+    return bad;
+}
+
+TEST(gelu_erf_avx2_lane_patterns) {
+    static const float FAR[] = { 0.70710683f, -0.70710683f, 0.75f, -1.5f, 3.0f, -7.25f, 12.999999f, -13.0f, 13.000001f,
+                                 -13.5f, 14.4f, -14.5f, -20.0f, 25.0f, -1e4f, 3e38f, INFINITY, -INFINITY, NAN };
+    static const float NEAR[] = { 0.70710677f, -0.70710677f, 0.0f, -0.0f, 1e-40f, -1e-45f, 0.3f, -0.5f, 1e-20f };
+    const int nf = (int)(sizeof FAR / sizeof FAR[0]), nn = (int)(sizeof NEAR / sizeof NEAR[0]);
+    const int64_t n = 256 * 8 * 3 + 13;   /* three passes over the masks, so each pattern lands in several tiles */
+    float *x = malloc((size_t)n * 4);
+    int64_t f = 0, q = 0;
+    for (int64_t b = 0; b < 256 * 3; b++)
+        for (int l = 0; l < 8; l++) x[b * 8 + l] = ((b % 256) >> l & 1) ? FAR[f++ % nf] : NEAR[q++ % nn];
+    for (int64_t i = 256 * 8 * 3; i < n; i++) x[i] = FAR[i % nf];   /* a tail shorter than a block */
+    double worst = 0;
+    int bad = gelu_avx2_diff(x, n, &worst);
+    CHECK(bad == 0, "the 256 lane patterns: %d elements differ from the scalar function", bad);
+    CHECK(worst <= BARS[GELU], "the 256 lane patterns: %.2f ulp from float64's v·Φ(v) (bar %.1f)", worst, BARS[GELU]);
+    /* short and ragged lengths at odd offsets, and lengths around a tile's end, on normal-like data */
+    uint64_t s = 99;
+    const int64_t m = 3 * 1024 + 64;
+    float *z = malloc((size_t)m * 4);
+    for (int64_t i = 0; i < m; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const double u = (double)(s >> 11) / 9007199254740992.0;
+        z[i] = (float)((u - 0.5) * ((s >> 3 & 7) == 0 ? 40.0 : 4.0));
+    }
+    int bad_len = 0;
+    for (int64_t len = 0; len <= 40; len++)
+        for (int64_t off = 0; off < 5; off++) bad_len += gelu_avx2_diff(z + off * 7, len, NULL);
+    static const int64_t LENS[] = { 1023, 1024, 1025, 1031, 2047, 2048, 2056, 3 * 1024 + 57 };
+    for (size_t k = 0; k < sizeof LENS / sizeof LENS[0]; k++) bad_len += gelu_avx2_diff(z + k % 3, LENS[k], &worst);
+    CHECK(bad_len == 0, "ragged lengths and tiles' ends: %d elements differ from the scalar function", bad_len);
+    CHECK(worst <= BARS[GELU], "normal-like data: %.2f ulp from float64's v·Φ(v) (bar %.1f)", worst, BARS[GELU]);
+    free(x); free(z);
+}
+
+TEST(gelu_erf_avx2_every_float_sampled) {
+    const int64_t n = (int64_t)(0x100000000ull / 4093) + 1;
+    float *x = malloc((size_t)n * 4);
+    int64_t k = 0;
+    for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4093) x[k++] = f_of((uint32_t)u);
+    const int bad = gelu_avx2_diff(x, k, NULL);
+    CHECK(bad == 0, "%d of %lld sampled floats differ from the scalar function", bad, (long long)k);
+    free(x);
+}
+#endif
