@@ -12,7 +12,10 @@
  * (its kernel path where fl_cpu_attn_f32_available() says it runs). noamx: on a CPU with
  * AMX-BF16 the per-head kernels' products on the vdpbf16ps tiles, not the tile unit (fl_cpu_attn_amx_allowed
  * cleared). stats (with packed): the statistics form (fl_cpu_attn_bf16_stats_*: each row's max and 1/Σ kept in
- * place of the T × T probabilities, P made again in the backward), layout=packed-stats. Other words are refused.
+ * place of the T × T probabilities, P made again in the backward), layout=packed-stats. cpu: every time is the
+ * process's CPU time instead of the wall clock (one thread only: OMP_NUM_THREADS=1), so that a loaded host's other
+ * processes do not count; the line says clock=cpu. nofetch: the AVX2 + FMA family's heads without the next head's
+ * rows asked for early (fl_cpu_attn_fetch_next cleared; fetch=0 in the line). Other words are refused.
  * FP8LAB_CPU_ISA caps the instruction sets as it does fp8lab's (docs/cli.md): avx512 runs bf16 attention on the AVX2
  * + FMA family's 16-lane products, avx2 on its 8-lane ones (and fp32 attention likewise).
  * Prints one line per (path, direction):
@@ -43,8 +46,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attn: B, H, T, D and R must be at least 1\n");
         return 2;
     }
-    static const char *const modes[] = { "cold", "packed", "f32", "noamx", "stats" };
-    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 5) : 0;
+    static const char *const modes[] = { "cold", "packed", "f32", "noamx", "stats", "cpu", "nofetch" };
+    const unsigned mode = argc > 8 ? bench_mode("bench_attn", argv[8], modes, 7) : 0;
+    if (mode & 64) fl_cpu_attn_fetch_next = false;
+    if (mode & 32) {   /* cpu: the process's CPU time, which is one thread's only with one thread */
+        if (omp_get_max_threads() != 1) {
+            fprintf(stderr, "bench_attn: mode cpu times one thread's CPU time (expected OMP_NUM_THREADS=1, got %d threads)\n",
+                    omp_get_max_threads());
+            return 2;
+        }
+        bench_clock = CLOCK_PROCESS_CPUTIME_ID;
+    }
     bench_cpu_isa("bench_attn");
     if (mode & 8) fl_cpu_attn_amx_allowed = false;   /* the vdpbf16ps tiles on a CPU with AMX */
     const int cold = mode & 1, packed = (mode & 2) != 0;
@@ -108,9 +120,10 @@ int main(int argc, char **argv) {
         for (int d = 0; d < 2; d++) {
             const double med = bench_median(ts[d], R);
             printf("attn path=%s dir=%s B=%lld H=%lld T=%lld D=%lld causal=%d threads=%d cache=%s layout=%s prec=%s ms=%.3f "
-                   "med_ms=%.3f gflops=%.1f\n", name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T,
+                   "med_ms=%.3f gflops=%.1f%s%s\n", name, d ? "bwd" : "fwd", (long long)B, (long long)H, (long long)T,
                    (long long)D, causal, omp_get_max_threads(), cold ? "cold" : "warm", stats ? "packed-stats" : packed ? "packed" : "heads",
-                   bf16 ? "bf16" : "fp32", 1e3 * best[d], 1e3 * med, (d ? 2 : 1) * flops / best[d] * 1e-9);
+                   bf16 ? "bf16" : "fp32", 1e3 * best[d], 1e3 * med, (d ? 2 : 1) * flops / best[d] * 1e-9,
+                   bench_clock == CLOCK_PROCESS_CPUTIME_ID ? " clock=cpu" : "", fl_cpu_attn_fetch_next ? "" : " fetch=0");
         }
         free(ts[0]);
         free(ts[1]);

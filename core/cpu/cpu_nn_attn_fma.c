@@ -359,6 +359,23 @@ static inline void fetch_row(const float *row, int64_t cols) {
     for (int64_t c = 0; c < cols; c += 16) _mm_prefetch((const char *)(row + c), _MM_HINT_T0);
 }
 
+/* The next head's rows (the thread's next job under the static schedule), asked for a share at a time while this head
+ * computes, so that its packers find them in cache: the packers' own look-ahead (PF_ROWS) came too late for rows
+ * that come from memory, and their loads held nearly all of fwd_one's and bwd_one's own time in the GPT's te step
+ * (docs/performance.md, "The te step outside its GEMMs on Zen 3, and attention's next head fetched early"). Up to
+ * four inputs of T rows of D floats (ldi apart) and up to three outputs (ldo apart), whose lines are asked for
+ * writing. Only prefetches: no bit changes (test_nn_kernels' nn_sdpa_fma_fetch_same_bits). */
+typedef struct { const float *in[4], *out[3]; int64_t ldi[4], ldo[3]; int nin, nout; } next_rows;
+static inline void fetch_share(const next_rows *nx, int64_t T, int64_t D, int64_t part, int64_t parts) {
+    if (!nx) return;
+    const int64_t r0 = part * T / parts, r1 = (part + 1) * T / parts;
+    for (int i = 0; i < nx->nin; i++)
+        for (int64_t r = r0; r < r1; r++) fetch_row(nx->in[i] + r * nx->ldi[i], D);
+    for (int i = 0; i < nx->nout; i++)
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c = 0; c < D; c += 16) __builtin_prefetch(nx->out[i] + r * nx->ldo[i] + c, 1);
+}
+
 /* dst[r, 0..ldd) = src[r, 0..cols) as operands (operand_row), zeros up to ldd: an A operand (ars = ldd, ams = 1)
  * or a B operand with rows along the summed dimension. */
 static inline __attribute__((always_inline)) void pack_rows(const float *src, int64_t rows, int64_t cols, int64_t lds,
@@ -402,8 +419,8 @@ static inline int64_t keys_for(const shape *s, int64_t i1, int causal) {
 static inline __attribute__((always_inline)) void fwd_head(const float *q, const float *k, const float *v, int64_t ldi,
                                                            float *o, int64_t ldo, float *att, float *st, const shape *s,
                                                            float scale, int causal, float *w, const bool keep,
-                                                           bool wide) {
-    const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
+                                                           bool wide, const next_rows *nx) {
+    const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp, parts = (T + MR - 1) / MR;
     float *qr = w, *kt = qr + T * Dp, *vr = kt + D * Tp, *pr = vr + T * Dp, *sc = pr + T * Tp;
     pack_rows(q, T, D, ldi, qr, Dp, keep);
     pack_t(k, T, D, ldi, kt, Tp, keep);
@@ -412,6 +429,7 @@ static inline __attribute__((always_inline)) void fwd_head(const float *q, const
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
         float *si = att ? att + i0 * T : sc;   /* the tile's rows of S, then P (att NULL, st NULL: P kept nowhere) */
+        fetch_share(nx, T, D, i0 / MR, parts);
         band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, si, T);   /* S = Q·Kᵀ */
         softmax_tile(si, i0, i1, T, causal, scale, pr, Tp, (kend + 7) & ~(int64_t)7, keep, att ? NULL : st, wide);
         if (keep) band(wide, mr, D, si, T, 1, 0, kend, vr, Dp, o + i0 * ldo, ldo);   /* O = P·V */
@@ -427,8 +445,8 @@ static inline __attribute__((always_inline)) void bwd_head(const float *q, const
                                                            const float *att, const float *st, const float *dout,
                                                            int64_t ldo, float *dq, float *dk, float *dv, int64_t ldd,
                                                            const shape *s, float scale, int causal, float *w,
-                                                           const bool keep, bool wide) {
-    const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp;
+                                                           const bool keep, bool wide, const next_rows *nx) {
+    const int64_t T = s->T, D = s->D, Tp = s->Tp, Dp = s->Dp, parts = 2 * ((T + MR - 1) / MR);
     float *dor = w, *vt = dor + T * Dp, *kr = vt + D * Tp, *qr = kr + T * Dp, *pr = qr + T * Dp, *sr = pr + T * Tp;
     float *ds = sr + T * Tp, *kt = ds + MR * T, *pm = kt + D * Tp;   /* kt, pm (MR rows of P): att NULL */
     pack_rows(dout, T, D, ldo, dor, Dp, keep);
@@ -441,6 +459,7 @@ static inline __attribute__((always_inline)) void bwd_head(const float *q, const
     for (int64_t i0 = 0; i0 < T; i0 += MR) {
         const int mr = (int)(T - i0 < MR ? T - i0 : MR);
         const int64_t i1 = i0 + mr, nk = keys_for(s, i1, causal), kend = causal ? i1 : T;
+        fetch_share(nx, T, D, i0 / MR, parts);
         if (!att) {
             band(wide, mr, nk, qr + i0 * Dp, Dp, 1, 0, D, kt, Tp, pm, T);
             softmax_redo(pm, i0, i1, T, causal, scale, st);
@@ -454,6 +473,7 @@ static inline __attribute__((always_inline)) void bwd_head(const float *q, const
     for (int64_t j0 = 0; j0 < T; j0 += MR) {
         const int mr = (int)(T - j0 < MR ? T - j0 : MR);
         const int64_t m0 = causal ? j0 : 0;
+        fetch_share(nx, T, D, parts / 2 + j0 / MR, parts);
         if (keep) band(wide, mr, D, att + j0, 1, T, m0, T, dor, Dp, dv + j0 * ldd, ldd);
         else band(wide, mr, D, pr + j0, 1, Tp, m0, T, dor, Dp, dv + j0 * ldd, ldd);
         band(wide, mr, D, sr + j0, 1, Tp, m0, T, qr, Dp, dk + j0 * ldd, ldd);
@@ -470,6 +490,7 @@ static int64_t bwd_floats(const shape *s, bool stats) {
 }
 
 _Atomic bool fl_cpu_attn_fma512_allowed = true;
+_Atomic bool fl_cpu_attn_fetch_next = true;
 /* The products on 16 lanes: where the CPU has AVX-512 and the switch allows it. */
 static bool wide_here(void) { return fl_cpu_attn_fma512_allowed && fl_cpu_avx512(); }
 
@@ -485,6 +506,8 @@ typedef struct {
     int causal;
     bool keep;   /* the fp32 family: operands as they are */
     bool wide;   /* the products on 16 lanes (band512) */
+    bool fetch;  /* the next head's rows fetched during each head (fetch_share) */
+    int64_t BH;
 } heads_job;
 typedef void head_fn(const heads_job *J, int64_t bh, float *w);
 
@@ -493,21 +516,37 @@ static inline int64_t head_at(fl_attn_layout l, int64_t bh, int64_t H) { return 
 /* Each family's copy of a head's code (keep a constant in each call). */
 static void fwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H);
+    next_rows nx;
+    const bool next = J->fetch && bh + 1 < J->BH;
+    if (next) {
+        const int64_t ni = head_at(J->in, bh + 1, J->H);
+        nx = (next_rows){ .in = { J->q + ni, J->k + ni, J->v + ni }, .ldi = { J->in.st, J->in.st, J->in.st }, .nin = 3,
+                          .out = { J->out + head_at(J->out_l, bh + 1, J->H) }, .ldo = { J->out_l.st }, .nout = 1 };
+    }
 #define FWD_HEAD(KEEP)                                                                                                  \
     fwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->out + head_at(J->out_l, bh, J->H), J->out_l.st,            \
              J->p ? J->p + bh * J->s.T * J->s.T : NULL, J->p || !J->st ? NULL : J->st + bh * 2 * J->s.T, &J->s,     \
              J->scale,                                                                                           \
-             J->causal, w, KEEP, J->wide)
+             J->causal, w, KEEP, J->wide, next ? &nx : NULL)
     if (J->keep) FWD_HEAD(true);
     else FWD_HEAD(false);
 #undef FWD_HEAD
 }
 static void bwd_one(const heads_job *J, int64_t bh, float *w) {
     const int64_t hi = head_at(J->in, bh, J->H), hd = head_at(J->din, bh, J->H);
+    next_rows nx;
+    const bool next = J->fetch && bh + 1 < J->BH;
+    if (next) {
+        const int64_t ni = head_at(J->in, bh + 1, J->H), nd = head_at(J->din, bh + 1, J->H);
+        nx = (next_rows){ .in = { J->dout + head_at(J->out_l, bh + 1, J->H), J->q + ni, J->k + ni, J->v + ni },
+                          .ldi = { J->out_l.st, J->in.st, J->in.st, J->in.st }, .nin = 4,
+                          .out = { J->dq + nd, J->dk + nd, J->dv + nd }, .ldo = { J->din.st, J->din.st, J->din.st },
+                          .nout = 3 };
+    }
 #define BWD_HEAD(KEEP)                                                                                                  \
     bwd_head(J->q + hi, J->k + hi, J->v + hi, J->in.st, J->att ? J->att + bh * J->s.T * J->s.T : NULL,             \
              J->att ? NULL : J->st + bh * 2 * J->s.T, J->dout + head_at(J->out_l, bh, J->H), J->out_l.st, J->dq + hd, \
-             J->dk + hd, J->dv + hd, J->din.st, &J->s, J->scale, J->causal, w, KEEP, J->wide)
+             J->dk + hd, J->dv + hd, J->din.st, &J->s, J->scale, J->causal, w, KEEP, J->wide, next ? &nx : NULL)
     if (J->keep) BWD_HEAD(true);
     else BWD_HEAD(false);
 #undef BWD_HEAD
@@ -535,7 +574,8 @@ static fl_status fwd_at(const float *q, const float *k, const float *v, fl_attn_
                         fl_attn_layout out_l, float *att, float *st, int64_t B, int64_t H, int64_t T, int64_t D,
                         float scale, int causal, bool keep) {
     const heads_job J = { .q = q, .k = k, .v = v, .p = att, .st = st, .out = out, .in = in, .out_l = out_l, .H = H,
-                          .s = shape_of(T, D), .scale = scale, .causal = causal, .keep = keep, .wide = wide_here() };
+                          .s = shape_of(T, D), .scale = scale, .causal = causal, .keep = keep, .wide = wide_here(),
+                          .fetch = fl_cpu_attn_fetch_next, .BH = B * H };
     return run_heads(&J, B * H, fwd_floats(&J.s, !att), fwd_one);
 }
 
@@ -546,7 +586,8 @@ static fl_status bwd_at(const float *q, const float *k, const float *v, fl_attn_
                         bool keep) {
     const heads_job J = { .q = q, .k = k, .v = v, .att = att, .st = (float *)st, .dout = dout, .dq = dq, .dk = dk,
                           .dv = dv, .in = in, .out_l = out_l, .din = din, .H = H, .s = shape_of(T, D), .scale = scale,
-                          .causal = causal, .keep = keep, .wide = wide_here() };
+                          .causal = causal, .keep = keep, .wide = wide_here(), .fetch = fl_cpu_attn_fetch_next,
+                          .BH = B * H };
     return run_heads(&J, B * H, bwd_floats(&J.s, !att), bwd_one);
 }
 

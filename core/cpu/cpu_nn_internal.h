@@ -58,6 +58,9 @@ bool fl_cpu_attn_fma_usable(void);
 /* Its products on 16 lanes where the CPU has AVX-512 (the same bits as on 8); tests clear it to run the 8-lane ones
  * there. */
 extern _Atomic bool fl_cpu_attn_fma512_allowed;
+/* Each head asks for the next head's rows while it computes (prefetches only: the same bits); benchmarks clear it to
+ * time the heads without (bench_attn's mode nofetch). */
+extern _Atomic bool fl_cpu_attn_fetch_next;
 fl_attn_fwd_at_fn fl_cpu_attn_fma_fwd_at;
 fl_attn_bwd_at_fn fl_cpu_attn_fma_bwd_at;
 /* And its statistics form, which the statistics entries above call there (the same bits as its form with P). */

@@ -1126,7 +1126,10 @@ TEST(nn_sdpa_bf16_fma) {
 /* The AVX2 + FMA family's products on 16 lanes (where the CPU has AVX-512) make each sum in the 8-lane products'
  * order, so both give the same bits: bf16 and fp32 forms, forward and backward, contiguous and packed heads, causal
  * and not, T and D around the tiles' 6 rows and 8, 16 and 64 columns. */
-static void fma_wide_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal, bool packed, bool f32) {
+/* fetch: instead of the lanes, the next head's rows fetched early (fl_cpu_attn_fetch_next) or not, which changes no
+ * bit either (prefetches only). */
+static void fma_switch_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, int64_t D, int causal, bool packed, bool f32,
+                            bool fetch) {
     const int64_t C = H * D, ldi = packed ? 3 * C : C, n = B * T * ldi, no = B * T * C;
     const fl_attn_layout in = { T * ldi, D, ldi }, ol = { T * C, D, C };
     float *x = frand(n, -2, 2), *y = frand(n, -2, 2), *z = frand(n, -1, 1), *dy = frand(no, -1, 1);
@@ -1135,18 +1138,22 @@ static void fma_wide_bits(int *fl__failed, int64_t B, int64_t H, int64_t T, int6
     fl_attn_bwd_at_fn *bwd = f32 ? fl_cpu_attn_f32_bwd_at : fl_cpu_attn_fma_bwd_at;
     float *o[2], *att[2], *dq[2], *dk[2], *dv[2];
     for (int w = 0; w < 2; w++) {
-        fl_cpu_attn_fma512_allowed = w == 0;
+        if (fetch) fl_cpu_attn_fetch_next = w == 0;
+        else fl_cpu_attn_fma512_allowed = w == 0;
         o[w] = fzeros(no); att[w] = fzeros(B * H * T * T); dq[w] = fzeros(n); dk[w] = fzeros(n); dv[w] = fzeros(n);
         fl_status a = fwd(q, k, v, in, o[w], ol, att[w], B, H, T, D, 0.3f, causal);
         fl_status b = bwd(q, k, v, in, att[w], dy, ol, dq[w], dk[w], dv[w], in, B, H, T, D, 0.3f, causal);
-        CHECK(a == FL_OK && b == FL_OK, "fma attention %s: %d %d", w ? "8 lanes" : "16 lanes", a, b);
+        CHECK(a == FL_OK && b == FL_OK, "fma attention %s: %d %d",
+              fetch ? (w ? "without fetch" : "with fetch") : w ? "8 lanes" : "16 lanes", a, b);
     }
     fl_cpu_attn_fma512_allowed = true;
+    fl_cpu_attn_fetch_next = true;
     const size_t sa = (size_t)(B * H * T * T) * 4;
     CHECK(memcmp(o[0], o[1], (size_t)no * 4) == 0 && memcmp(att[0], att[1], sa) == 0 &&
           memcmp(dq[0], dq[1], (size_t)n * 4) == 0 && memcmp(dk[0], dk[1], (size_t)n * 4) == 0 &&
           memcmp(dv[0], dv[1], (size_t)n * 4) == 0,
-          "fma attention (%s) on 16 lanes differs from 8: B%lld H%lld T%lld D%lld causal %d packed %d", f32 ? "fp32" : "bf16",
+          "fma attention (%s) %s: B%lld H%lld T%lld D%lld causal %d packed %d", f32 ? "fp32" : "bf16",
+          fetch ? "with the next head fetched differs from without" : "on 16 lanes differs from 8",
           (long long)B, (long long)H, (long long)T, (long long)D, causal, packed);
     for (int w = 0; w < 2; w++) { free(o[w]); free(att[w]); free(dq[w]); free(dk[w]); free(dv[w]); }
     free(x); free(y); free(z); free(dy);
@@ -1162,7 +1169,25 @@ TEST(nn_sdpa_fma_wide_same_bits) {
         for (int causal = 0; causal <= 1; causal++)
             for (int packed = 0; packed <= 1; packed++)
                 for (int f32 = 0; f32 <= 1; f32++)
-                    fma_wide_bits(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], causal, packed, f32);
+                    fma_switch_bits(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], causal, packed,
+                                    f32, false);
+}
+/* The next head's rows asked for early or not: the same bits (several heads, so that every head but the last has a
+ * next one; packed and contiguous heads, bf16 and fp32 forms, causal and not). The family's products on 8 lanes. */
+TEST(nn_sdpa_fma_fetch_same_bits) {
+    if (!fl_cpu_attn_fma_usable()) {
+        fprintf(stderr, "  (skipped: no AVX2 + FMA on this CPU)\n");
+        return;
+    }
+    fl_cpu_attn_fma512_allowed = false;
+    const int64_t shapes[][4] = { { 2, 2, 7, 8 }, { 1, 3, 17, 13 }, { 2, 2, 33, 16 }, { 2, 2, 64, 64 } };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int causal = 0; causal <= 1; causal++)
+            for (int packed = 0; packed <= 1; packed++)
+                for (int f32 = 0; f32 <= 1; f32++)
+                    fma_switch_bits(fl__failed, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], causal, packed,
+                                    f32, true);
+    fl_cpu_attn_fma512_allowed = true;
 }
 /* Each head is done by one thread in a fixed order: the results are the same bits on 1 and 2 threads, in each
  * kernel family (bf16: AVX512_BF16 where the CPU has it, AVX2 + FMA with AVX-512 disallowed; fp32: AVX2 + FMA
