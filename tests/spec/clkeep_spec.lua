@@ -19,17 +19,7 @@ local BIN = FP8LAB_BIN or "build/fp8lab"
 local nn = fp8.nn
 local F = nn.F
 
--- NHWC memory seen as [N, C, H, W] (torch's x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))
-local function cl(t) return t:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3) end
-
-local function same_list(what, got, want)
-  assert.are.equal(#want, #got, what)
-  for i = 1, #want do
-    if got[i] ~= want[i] then
-      error(("%s: strides { %s }, torch's { %s }"):format(what, table.concat(got, ", "), table.concat(want, ", ")), 2)
-    end
-  end
-end
+local cl, same_list = U.cl, U.same_strides   -- channels_last of a contiguous tensor; a stride check
 
 -- gen_clkeep.py's bias(x): 0, 1, ... along dim -3, ones elsewhere
 local function bias(x)

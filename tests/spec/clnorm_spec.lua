@@ -14,16 +14,7 @@ local nn = fp8.nn
 local F = nn.F
 local U = dofile("tests/spec/helpers/util.lua")
 
--- NHWC memory seen as [N, C, H, W] (torch's x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))
-local function cl(t) return t:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3) end
-
-local function same_list(what, got, want)
-  local ok = #got == #want
-  for i = 1, #want do ok = ok and got[i] == want[i] end
-  if not ok then
-    error(("%s: strides { %s }, torch's { %s }"):format(what, table.concat(got, ", "), table.concat(want, ", ")), 2)
-  end
-end
+local cl, same_list = U.cl, U.same_strides   -- channels_last of a contiguous tensor; a stride check
 
 -- gen_clnorm.py's ops(C), as fp8lab spells them
 local function ops(C)

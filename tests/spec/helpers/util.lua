@@ -237,6 +237,18 @@ end
 
 -- Rows of lrs (one row a step, one value a group) against torch's: the same lengths, each value within 1e-12 of it
 -- (relative), or 1e-15 of a 0.
+-- NHWC memory seen as [N, C, H, W]: torch's x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2), channels_last
+function U.cl(t) return t:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3) end
+
+-- got (a stride list) equals torch's want, else an error naming what and both lists
+function U.same_strides(what, got, want)
+  local ok = #got == #want
+  for i = 1, #want do ok = ok and got[i] == want[i] end
+  if not ok then
+    error(("%s: strides { %s }, torch's { %s }"):format(what, table.concat(got, ", "), table.concat(want, ", ")), 2)
+  end
+end
+
 function U.close_lr_rows(want, got, what)
   assert.are.equal(#want, #got, what)
   for t, row in ipairs(want) do
