@@ -249,7 +249,10 @@ static fl_status start_item(fl_ddp *d, item *it) {
     const size_t wbytes = (size_t)(it->numel ? it->numel : 1) * (it->fp8 ? 1 : it->wire == FL_F32 ? 4 : 2);
     if (!it->fp8) {
         float *tmp = NULL;
-        if (it->wire != FL_F32 && !(tmp = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *tmp)))
+        if (it->wire != FL_F32 && fl_fault("ddp_pack", fl_dist_rank()))
+            pack = FL_ERR(FL_ENOMEM, "ddp: out of memory packing a bucket (a failure injected by FP8LAB_FAULT_DIST, "
+                          "a test hook)");
+        else if (it->wire != FL_F32 && !(tmp = malloc((size_t)(it->numel ? it->numel : 1) * sizeof *tmp)))
             pack = FL_ERR(FL_ENOMEM, "ddp: out of memory packing a bucket");
         float *dst = it->wire == FL_F32 ? it->buf : tmp;
         int64_t off = 0;

@@ -15,7 +15,7 @@ static int nfaults = -1;   /* -1: not read yet */
 /* the sites fault.h names: another name is a hook that would never fire */
 static bool known_site(const char *s) {
     static const char *const sites[] = { "allreduce", "iallreduce", "wait", "ddp_grad", "broadcast", "allgather",
-                                         "reduce_scatter", "barrier", NULL };
+                                         "reduce_scatter", "barrier", "ddp_pack", NULL };
     for (int i = 0; sites[i]; i++) if (!strcmp(s, sites[i])) return true;
     return false;
 }

@@ -5,7 +5,8 @@
  * RANK (every process without @; N, M and RANK digits only) answers true, and the caller fails as it would on a real failure there. Sites:
  * "allreduce" (a blocking all-reduce), "iallreduce" (a non-blocking one's start), "wait" (its wait), "ddp_grad" (DDP's
  * new .grad tensor), and since stop 105 "broadcast", "allgather", "reduce_scatter", "barrier" (the blocking ones of
- * those names: a user's collectives, tests/spec/distfault_spec.lua). Read once, at the first call; unset (every normal run), each call is one branch. */
+ * those names: a user's collectives, tests/spec/distfault_spec.lua), "ddp_pack" (the fp32 copy a bucket of a 16-bit
+ * comm_hook is packed through). Read once, at the first call; unset (every normal run), each call is one branch. */
 #ifndef FL_FAULT_H
 #define FL_FAULT_H
 #include <stdbool.h>

@@ -3,10 +3,12 @@
 -- each step met and its parameters' sum after them, so that a rank whose step ran while the other's failed shows.
 -- MODE: plain (fp32 buckets), unused (find_unused_parameters=true, the last Linear used on rank 0 only: rank 1's
 -- write-back makes its .grad), o1 (MS-AMP O1: each FP8 weight gradient after its amax's blocking all-reduce), te
--- (TransformerEngine's delayed scaling: one all-reduce of every amax in the step).
+-- (TransformerEngine's delayed scaling: one all-reduce of every amax in the step), fp16 (plain with comm_hook="fp16":
+-- each bucket packed through an fp32 copy).
 local mode = arg[1] or "plain"
 local h = { fp8.InitProcessGroupKwargs { backend = "mpi", timeout = 30 },
-  fp8.DistributedDataParallelKwargs { bucket_cap_mb = 1, find_unused_parameters = mode == "unused" } }
+  fp8.DistributedDataParallelKwargs { bucket_cap_mb = 1, find_unused_parameters = mode == "unused",
+    comm_hook = mode == "fp16" and "fp16" or "no" } }
 local opts = { cpu = true, kwargs_handlers = h }
 if mode == "o1" then opts.mixed_precision = "fp8"; h[3] = fp8.MSAMPRecipeKwargs { opt_level = "O1" } end
 if mode == "te" then opts.mixed_precision = "fp8"; h[3] = fp8.TERecipeKwargs {} end

@@ -103,4 +103,12 @@ describe("DDP collectives that fail on one process", function()
   it_mpi("a write-back that runs out of memory: the step fails on both, the next runs, the parameters alike", function()
     both_fail("unused", "ddp_grad:3@1", "ddp: out of memory making the gradient of")
   end)
+
+  -- (stop 105) comm_hook="fp16": a bucket's fp32 copy that cannot be had on rank 1 (oom4_spec's memory-limit case
+  -- reaches it only where the hole is not met by MPI's own buffer first): the bucket goes out as zeros, rank 1's step
+  -- fails and the flags make it rank 0's too; the next runs
+  it_mpi("a bucket's packing that runs out of memory: the step fails on both, the next runs, the parameters alike",
+    function()
+      both_fail("fp16", "ddp_pack:2@1", "ddp: out of memory packing a bucket")
+    end)
 end)

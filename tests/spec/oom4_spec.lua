@@ -47,10 +47,15 @@ describe("out of memory under two processes", function()
 
   -- tests/dist/oom_ddp.lua with args (the short rank, its hole in MiB, the mode) under launch: the short rank's step
   -- raises msg, the other's names the failed backward, and the next step runs on both
+  -- (msg: a pattern, or a list of patterns one of which the short rank's error matches)
   local function both_fail(args, rank, msg)
     local text, rc = job("tests/dist/oom_ddp.lua", args)
     assert.are.equal(0, rc, text)
-    assert.matches(("rank %d: %s"):format(rank, msg), text)
+    local any = false
+    for _, m in ipairs(type(msg) == "table" and msg or { msg }) do
+      any = any or text:find(("rank %d: %s"):format(rank, m)) ~= nil
+    end
+    assert.is_true(any, text)
     assert.matches(("rank %d: DDP: another process's backward failed"):format(1 - rank), text)
     assert.matches("rank 0 next: ran", text)
     assert.matches("rank 1 next: ran", text)
@@ -76,10 +81,13 @@ describe("out of memory under two processes", function()
   -- find_unused_parameters with comm_hook="fp16": with a 10 MiB hole on rank 0 the backward ran and a bucket's
   -- packing (its fp32 copy) failed after the flags' all-reduce: the bucket went out as zeros and rank 1 took the
   -- step as averaged ('ran', its gradients half of what they should be), rank 0 raised. The flags go after the
-  -- buckets now
+  -- buckets now. Where the hole is met by MPI's own buffer for the bucket's MPI_Iallreduce first (the CI rehearsal of
+  -- stop 105, and a branch's suite under load), that is rank 0's error: the same failure on both either way. The
+  -- packing's own failure, on demand: ddpfault_spec's ddp_pack case
   it_mem("find_unused_parameters: a bucket's packing that fails is an error on both processes", function()
     if not MPI.can then pending(MPI.why) return end
-    both_fail("0 10 unused16", 0, "ddp: out of memory packing a bucket")
+    both_fail("0 10 unused16", 0, { "ddp: out of memory packing a bucket", "[^\n]*MPI_Iallreduce failed on rank 0: "
+      .. "out of memory inside MPI" })
   end)
 end)
 
