@@ -74,9 +74,12 @@ M.GradScaler = GradScaler
 -- The state of one iteration (since the last update()), fresh: found_inf, whether some grads unscaled had inf/NaN;
 -- _unscaled, optimizer -> whether its grads had inf/NaN, for the optimizers unscaled (by unscale_ or step): torch's
 -- per-optimizer state, so a second optimizer's gradients are unscaled too; _stepped, the optimizers stepped (or
--- skipped). Returns self.
+-- skipped); _checks, how many unscales had a gradient to check (a count of its own: the tables are weak, and an
+-- optimizer collected between its step and update() took its entry with it, where torch's state, keyed by id,
+-- stays). Returns self.
 local function new_iteration(self)
   self.found_inf = false
+  self._checks = 0
   self._unscaled, self._stepped = setmetatable({}, { __mode = "k" }), setmetatable({}, { __mode = "k" })
   self._no_grads = setmetatable({}, { __mode = "k" })   -- the optimizers unscaled without a single gradient
   return self
@@ -196,7 +199,7 @@ function GradScaler:unscale_(optimizer)
   -- one call for all of them: on a device, one wait for every inf/NaN check rather than one per gradient
   local found = C.unscale_(grads, inv)
   self._unscaled[optimizer] = found
-  if #grads == 0 then self._no_grads[optimizer] = true end
+  if #grads == 0 then self._no_grads[optimizer] = true else self._checks = self._checks + 1 end
   self.found_inf = self.found_inf or found
 end
 
@@ -254,9 +257,8 @@ function GradScaler:update(new_scale)
   else
     -- torch asserts this: an update with no step or unscale_ since the last one has no inf check to act on
     -- (it would count a step nobody took as a clean one and grow the scale)
-    local checked = false   -- (an optimizer unscaled without a gradient recorded no inf check: torch's rule too)
-    for o in next, self._unscaled do checked = checked or not self._no_grads[o] end
-    if not checked then
+    -- (an optimizer unscaled without a gradient recorded no inf check: torch's rule too)
+    if self._checks == 0 then
       error("GradScaler:update: no optimizer was stepped or unscaled since the last update() "
         .. "(call scaler:step(optimizer) first; torch: 'No inf checks were recorded prior to update.')", 2)
     end
