@@ -13,10 +13,10 @@ static struct { char site[16]; long from, to, calls; int rank; } faults[MAX_FAUL
 static int nfaults = -1;   /* -1: not read yet */
 
 /* the sites fault.h names: another name is a hook that would never fire */
+static const char *const SITES[] = { "allreduce", "iallreduce", "wait", "ddp_grad", "broadcast", "allgather",
+                                     "reduce_scatter", "barrier", "ddp_pack", NULL };
 static bool known_site(const char *s) {
-    static const char *const sites[] = { "allreduce", "iallreduce", "wait", "ddp_grad", "broadcast", "allgather",
-                                         "reduce_scatter", "barrier", "ddp_pack", NULL };
-    for (int i = 0; sites[i]; i++) if (!strcmp(s, sites[i])) return true;
+    for (int i = 0; SITES[i]; i++) if (!strcmp(s, SITES[i])) return true;
     return false;
 }
 
@@ -63,9 +63,10 @@ static void parse(void) {
             }
         }
         if (len >= sizeof e || e[0]) {   /* a hook that does not take is said, not ignored */
-            fprintf(stderr, "fp8lab: FP8LAB_FAULT_DIST: cannot read the entry '%.*s' (SITE:N[-M][@RANK], SITE one of "
-                    "allreduce, iallreduce, wait, ddp_grad, broadcast, allgather, reduce_scatter, barrier; at most 8 entries); not "
-                    "used\n", (int)len, v);
+            fprintf(stderr, "fp8lab: FP8LAB_FAULT_DIST: cannot read the entry '%.*s' (SITE:N[-M][@RANK], SITE one of ",
+                    (int)len, v);
+            for (int i = 0; SITES[i]; i++) fprintf(stderr, "%s%s", i ? ", " : "", SITES[i]);
+            fprintf(stderr, "; at most %d entries); not used\n", MAX_FAULTS);
         }
         v += len;
         if (*v == ',') v++;
