@@ -291,7 +291,6 @@ static fl_status drop_dim(fl_tensor **r, const fl_tensor *a, int dim) {
     return st;
 }
 
-/* squares: the sum of a·a (device entry sum_squares; op is FL_OP_SUM) */
 /* dim's reduction of a dense a that is not contiguous (a channels_last x, a transpose) in a's memory order, where the
  * dims kept follow each other there in their own order (so the result's contiguous layout is that order): *c the
  * contiguous [outer, size, inner] that a's memory is (an alias, no copy) and *cdim 1; *c NULL where the layout does
@@ -300,8 +299,8 @@ static fl_status drop_dim(fl_tensor **r, const fl_tensor *a, int dim) {
  * contiguous: the same fp32 result unless the double sums had to round (magnitudes spanning more than about 2^29),
  * as for a channels_last sum() (docs/lua-api.md). */
 static fl_status memory_order_view(fl_tensor **c, int *cdim, const fl_tensor *a, int dim) {
-    *c = NULL;
-    if (a->shape[dim] < 2 || !dense_alike(a, NULL)) return FL_OK;
+    *c = NULL;   /* (a contiguous a is read as it is: reduce_impl retains it, no header made) */
+    if (a->shape[dim] < 2 || fl_tensor_is_contiguous(a) || !dense_alike(a, NULL)) return FL_OK;
     int perm[FL_MAX_DIMS], n = 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != 1) perm[n++] = i;
@@ -329,6 +328,7 @@ static fl_status memory_order_view(fl_tensor **c, int *cdim, const fl_tensor *a,
     return FL_OK;
 }
 
+/* squares: the sum of a·a (device entry sum_squares; op is FL_OP_SUM) */
 static fl_status reduce_impl(fl_tensor **out, fl_redop op, const fl_tensor *a, int dim, bool keepdim, bool squares) {
     *out = NULL;
     if ((int)op < 0 || op >= FL_REDOP_COUNT) return FL_ERR(FL_EINVAL, "unknown reduction %d", (int)op);
